@@ -66,7 +66,9 @@ if ! have "${runtime_reqs[@]}" "${test_reqs[@]}"; then
     $PIP install -q "${torch_reqs[@]}" "${mmcv_reqs[@]}" "${runtime_reqs[@]}" "${test_reqs[@]}"
 fi
 
-if ! "$VENV/bin/python" -c "import mmhgw" 2>/dev/null; then
+# Checked from outside the repository, where only an installed mmhgw imports.
+venv_python="$(cd "$VENV" && pwd)/bin/python"
+if ! (cd / && "$venv_python" -c "import mmhgw" 2>/dev/null); then
     echo "[setup] installing mmhgw in editable mode"
     $PIP install -q --no-deps --no-build-isolation -e .
 fi
