@@ -330,3 +330,24 @@ def test_bad_shapes_and_values_raise():
     # The square loss takes no log: non-positive structure is allowed.
     res = hgw_distance(C_p - 1.0, C_q, K, loss='square', **kw)
     assert torch.isfinite(res.distance)
+
+
+@pytest.mark.parametrize('eps', [1e-3, 1e-2, 1e-1])
+def test_fixed_count_kernel_domain_equals_log_domain_iterates(eps):
+    """The hot path's kernel-domain inner iterations compute the iterates of
+    the log-domain Sinkhorn (up to the final rounding onto the polytope)."""
+    from mmhgw.ot import gw_apply, gw_terms, round_to_polytope
+    C_p, C_q, K = make_problem(10, 4, seed=18, batch=(3, ))
+    p = torch.full((10, ), 0.1, dtype=torch.float64)
+    q = torch.full((4, ), 0.25, dtype=torch.float64)
+    terms = gw_terms(C_p, C_q, p, q)
+    log_T = (p[:, None] * q[None, :]).log().expand(3, 10, 4)
+    g = None
+    for _ in range(3):
+        log_kernel = log_T - (gw_apply(terms, log_T.exp()) + 0.5 * K) / eps
+        f, g = sinkhorn_log(log_kernel, p.log(), q.log(), 4, g=g)
+        log_T = log_kernel + f[..., :, None] + g[..., None, :]
+    expected = round_to_polytope(log_T.exp(), p, q)
+    res = hgw_distance(C_p, C_q, K, beta=0.5, eps=eps, outer_iters=3,
+                       inner_iters=4)
+    torch.testing.assert_close(res.plan, expected, atol=1e-9, rtol=1e-7)

@@ -1,0 +1,3 @@
+from .beta_warmup import HGWBetaWarmupHook, hgw_modules
+
+__all__ = ['HGWBetaWarmupHook', 'hgw_modules']

@@ -1,0 +1,5 @@
+from .aux_loss import attach_aux_loss
+from .capsule_pool import CapsulePool
+from .hgw_caps import HGWCaps, zipf_structure
+
+__all__ = ['attach_aux_loss', 'CapsulePool', 'HGWCaps', 'zipf_structure']

@@ -1,0 +1,266 @@
+"""The HGW capsule layer: a drop-in for a k x k convolution (paper Sec. 3-4,
+Fig. 2, Eq. 18, Eq. 21, Eq. reg, Algorithm 1)."""
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_conv_layer
+from mmengine.model import BaseModule
+from torch import Tensor
+
+from mmhgw.ot import (bound_distance, embedding_distance, gw_terms,
+                      hgw_distance, hgw_value, kl_matrix_divergence,
+                      mix_structure)
+from mmhgw.registry import MODELS
+from .aux_loss import attach_aux_loss
+
+ROUTINGS = ('hgw', 'uniform')
+ABLATIONS = (None, 'A', 'B', 'C')
+
+#: Added under the square root of the pose norm: no NaN gradient at u = 0.
+SAFE_NORM_EPS = 1e-6
+
+
+def zipf_structure(parts: Tensor) -> Tensor:
+    """Observed structure ``C_obs`` of a set of capsule parts (paper Eq. 18).
+
+    ``c_ij = 1 / (w_ij + 1)`` with interaction count ``w_ij = a_i a_j``, the
+    co-activation of parts ``i`` and ``j``, where ``a = s / (1 + s)``,
+    ``s = ||x||^2 / d`` is a part's squashed length (in ``[0, 1)``). Parts
+    that are both fully present interact once (c = 1/2); an absent part has
+    no interaction (c = 1). So ``C_obs`` lies in ``(1/2, 1]``: bounded and
+    positive, as the KL loss needs, and a deterministic function of the
+    input (no sampling), hence deterministic in eval mode.
+
+    Args:
+        parts: [..., V, d].
+
+    Returns:
+        [..., V, V].
+    """
+    s = parts.pow(2).mean(-1)
+    a = s / (1 + s)
+    return 1 / (1 + a.unsqueeze(-1) * a.unsqueeze(-2))
+
+
+def kl_per_entry(A: Tensor, B: Tensor) -> Tensor:
+    """Mean over problems of ``L(A, B)`` per matrix entry (paper Eq. reg)."""
+    return kl_matrix_divergence(A, B).mean() / (A.shape[-1] * A.shape[-2])
+
+
+@MODELS.register_module()
+class HGWCaps(BaseModule):
+    """Hybrid Gromov-Wasserstein capsules in place of a k x k convolution.
+
+    Channels are type-major capsules: ``in_channels = in_types * in_dim``,
+    ``out_channels = out_types * out_dim``. At every output location (the
+    same grid as ``nn.Conv2d`` with these ``kernel_size``, ``stride``,
+    ``padding`` and ``dilation``):
+
+    1. Components ``X_p`` [V_p = in_types, part_dim]: one embedding per input
+       capsule type from its k x k patch, by one grouped convolution
+       (``groups = in_types``), so no vote tensor is unfolded.
+    2. Each output type ``n`` owns a learnable subcapsule ``X_q[n]``
+       [V_q = num_parts, part_dim].
+    3. Structure ``C = (1 - beta) C_obs + beta K(X, X)`` per domain (Eq. 21),
+       ``C_obs`` by :func:`zipf_structure` (Eq. 18), cross cost
+       ``K(X_p, X_q[n])`` by the bounded distance of
+       :func:`mmhgw.ot.embedding_distance`; the HGW distance and plan
+       (Eq. 24-25) come from :func:`mmhgw.ot.hgw_distance`.
+    4. Activation ``a_n = exp(-(d_n - min_m d_m) / temperature)`` in
+       ``(0, 1]``: a soft version of the paper's routing to the minimal
+       distance; the best-aligned type has activation 1.
+    5. Pose: the barycentric projection of the components onto the
+       subcapsule's parts through the plan, ``V_q T^T X_p`` [V_q, part_dim],
+       mapped to ``out_dim`` by a learned per-type linear map and rescaled to
+       length ``a_n`` (safe norm).
+    6. In training, the regulariser ``E = reg_weight * (L(K_pp, C_obs_p) +
+       L(K_qq, C_obs_q))`` (Eq. reg; KL loss per entry, ``C_obs`` as the
+       fixed target) joins the main loss through
+       :func:`~mmhgw.models.layers.aux_loss.attach_aux_loss`.
+
+    Args:
+        in_channels, out_channels, kernel_size, stride, padding, dilation:
+            as ``nn.Conv2d``.
+        groups: must be 1 (capsule types replace channel groups).
+        bias: add a learnable per-channel bias to the output.
+        in_types: input capsule types (= V_p, the components).
+        out_types: output capsule types (one subcapsule each).
+        num_parts: parts per subcapsule (V_q).
+        part_dim: embedding size of components and parts.
+        eps: solver strength (paper: 1e-3).
+        outer_iters, inner_iters: proximal steps and Sinkhorn iterations.
+        grad: ``'envelope'`` or ``'unroll'`` (see ``hgw_distance``).
+        beta: final weight of the embeddings (Eq. 21); the current value is
+            the buffer ``beta``, ramped by ``HGWBetaWarmupHook``.
+        reg_weight: lambda of Eq. reg (paper: 10).
+        routing: ``'hgw'``, or ``'uniform'`` (plan fixed to ``p q^T``: no
+            optimal transport, the baseline routing must beat).
+        solver_regularizer: ``'proximal'`` (paper) or ``'entropic'``.
+        ablation: the paper's ablations; ``'A'`` entropic regulariser,
+            ``'B'`` no regulariser E, ``'C'`` beta fixed at 1 (no observed
+            structure). They override the matching arguments.
+        temperature: of the activation.
+        conv_cfg: config of the component convolution (default Conv2d).
+        init_cfg: mmengine initialisation config.
+    """
+
+    def __init__(self,
+                 in_channels: int,
+                 out_channels: int,
+                 kernel_size: int = 3,
+                 stride: int = 1,
+                 padding: int = 0,
+                 dilation: int = 1,
+                 groups: int = 1,
+                 bias: bool = False,
+                 in_types: int = 32,
+                 out_types: int = 32,
+                 num_parts: int = 8,
+                 part_dim: int = 8,
+                 eps: float = 1e-3,
+                 outer_iters: int = 2,
+                 inner_iters: int = 3,
+                 grad: str = 'envelope',
+                 beta: float = 0.5,
+                 reg_weight: float = 10.0,
+                 routing: str = 'hgw',
+                 solver_regularizer: str = 'proximal',
+                 ablation: Optional[str] = None,
+                 temperature: float = 0.1,
+                 conv_cfg: Optional[dict] = None,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        if groups != 1:
+            raise ValueError(f'groups must be 1 for HGWCaps (capsule types '
+                             f'replace channel groups), got {groups}')
+        for name, total, types in (('in_channels', in_channels, in_types),
+                                   ('out_channels', out_channels, out_types)):
+            if types < 1 or total % types:
+                raise ValueError(
+                    f'{name}={total} must be divisible by '
+                    f'{name.split("_")[0]}_types={types}')
+        if routing not in ROUTINGS:
+            raise ValueError(f'routing must be one of {ROUTINGS}, '
+                             f'got {routing!r}')
+        if ablation not in ABLATIONS:
+            raise ValueError(f'ablation must be one of {ABLATIONS}, '
+                             f'got {ablation!r}')
+        if not 0 <= beta <= 1:
+            raise ValueError(f'beta must be in [0, 1], got {beta}')
+        if temperature <= 0:
+            raise ValueError(f'temperature must be > 0, got {temperature}')
+        if ablation == 'A':
+            solver_regularizer = 'entropic'
+        elif ablation == 'B':
+            reg_weight = 0.0
+        elif ablation == 'C':
+            beta = 1.0
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.in_types, self.out_types = in_types, out_types
+        self.out_dim = out_channels // out_types
+        self.num_parts, self.part_dim = num_parts, part_dim
+        self.solver_cfg = dict(eps=eps, outer_iters=outer_iters,
+                               inner_iters=inner_iters, grad=grad,
+                               regularizer=solver_regularizer)
+        # Fail at build time, not at the first forward.
+        probe = torch.ones(1, 2, 2)
+        hgw_distance(probe, probe, probe, beta=0.0, outer_iters=outer_iters,
+                     inner_iters=inner_iters, eps=eps, grad=grad,
+                     regularizer=solver_regularizer)
+        self.routing = routing
+        self.ablation = ablation
+        self.reg_weight = float(reg_weight)
+        self.temperature = float(temperature)
+        self.beta_final = float(beta)
+        #: Whether HGWBetaWarmupHook may change beta (not under ablation C).
+        self.beta_scheduled = ablation != 'C'
+        self.register_buffer('beta', torch.tensor(float(beta)))
+
+        # One embedding per input type from its own k x k patch.
+        self.embed = build_conv_layer(
+            conv_cfg, in_channels, in_types * part_dim, kernel_size,
+            stride=stride, padding=padding, dilation=dilation,
+            groups=in_types, bias=False)
+        self.subcapsules = nn.Parameter(
+            torch.randn(out_types, num_parts, part_dim))
+        self.pose_weight = nn.Parameter(
+            torch.randn(out_types, num_parts * part_dim, self.out_dim) /
+            math.sqrt(num_parts * part_dim))
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        #: Detached (regulariser, mean distance) of the last training pass.
+        self.last_stats = None
+
+    def extra_repr(self) -> str:
+        return (f'{self.in_channels}, {self.out_channels}, '
+                f'types={self.in_types}->{self.out_types}, '
+                f'parts={self.num_parts}x{self.part_dim}, '
+                f'routing={self.routing}, ablation={self.ablation}')
+
+    def _cross_cost(self, X_p: Tensor, X_q: Tensor) -> Tensor:
+        """``K(X_p, X_q[n])`` [B, L, N, V_p, V_q] by one matrix product."""
+        B, L, V_p, d = X_p.shape
+        N, V_q, _ = X_q.shape
+        dot = (X_p.reshape(-1, d) @ X_q.reshape(-1, d).T).view(
+            B, L, V_p, N, V_q).transpose(2, 3)
+        sq = (X_p.pow(2).sum(-1).view(B, L, 1, V_p, 1) +
+              X_q.pow(2).sum(-1).view(1, 1, N, 1, V_q) - 2 * dot)
+        # The cross cost is never logged: no positivity floor needed.
+        return bound_distance(sq, d, floor=0.0)
+
+    def forward_terms(self, x: Tensor
+                      ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+        """The output, the regulariser E (None unless training with
+        ``reg_weight > 0``) and the HGW distances [B, H'*W', out_types],
+        with E not yet attached to the output."""
+        comps = self.embed(x)
+        B, _, H, W = comps.shape
+        V_p, V_q, N = self.in_types, self.num_parts, self.out_types
+        X_p = comps.view(B, V_p, self.part_dim, H * W).permute(0, 3, 1, 2)
+        X_q = self.subcapsules
+        K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
+        K_qq = embedding_distance(X_q, X_q)  # [N, Vq, Vq]
+        obs_p, obs_q = zipf_structure(X_p), zipf_structure(X_q)
+        beta = self.beta.to(X_p.dtype)
+        C_p = mix_structure(obs_p, K_pp, beta).unsqueeze(2)  # [B,L,1,Vp,Vp]
+        C_q = mix_structure(obs_q, K_qq, beta)
+        K = self._cross_cost(X_p, X_q)  # [B, L, N, Vp, Vq]
+
+        if self.routing == 'hgw':
+            dist, plan = hgw_distance(C_p, C_q, K, beta=beta,
+                                      check_values=False, **self.solver_cfg)
+        else:
+            p = K.new_full((V_p, ), 1.0 / V_p)
+            q = K.new_full((V_q, ), 1.0 / V_q)
+            plan = K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
+            dist = hgw_value(gw_terms(C_p, C_q, p, q), K, plan, beta)
+
+        # Barycentric projection onto the parts: columns of the plan sum to
+        # 1 / V_q, hence the factor V_q.
+        parts = V_q * torch.einsum('blnpq,blpd->blnqd', plan, X_p)
+        pose = torch.einsum('blnk,nko->blno', parts.flatten(-2),
+                            self.pose_weight)
+        act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
+                        self.temperature)
+        norm = torch.sqrt(pose.pow(2).sum(-1, keepdim=True) + SAFE_NORM_EPS)
+        out = (act.unsqueeze(-1) * pose / norm).permute(0, 2, 3, 1).reshape(
+            B, N * self.out_dim, H, W)
+        if self.bias is not None:
+            out = out + self.bias.view(1, -1, 1, 1)
+
+        reg = None
+        if self.training and self.reg_weight > 0 and torch.is_grad_enabled():
+            reg = self.reg_weight * (
+                kl_per_entry(K_pp, obs_p.detach()) +
+                kl_per_entry(K_qq, obs_q.detach()))
+        return out, reg, dist
+
+    def forward(self, x: Tensor) -> Tensor:
+        out, reg, dist = self.forward_terms(x)
+        if self.training:
+            if reg is not None:
+                out = attach_aux_loss(out, reg)
+            self.last_stats = (None if reg is None else reg.detach(),
+                               dist.detach().mean())
+        return out

@@ -1,0 +1,196 @@
+"""The HGW capsule layer as a drop-in convolution."""
+import copy
+import itertools
+
+import pytest
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_conv_layer
+from mmengine.registry import DefaultScope
+
+import mmhgw  # noqa: F401
+from mmhgw.models import CapsulePool, HGWCaps
+from mmhgw.models.layers import zipf_structure
+
+SMALL = dict(in_types=4, out_types=4, num_parts=3, part_dim=4)
+
+
+def small_caps(in_channels=16, out_channels=8, **kwargs):
+    args = dict(SMALL, kernel_size=3, stride=1, padding=1)
+    args.update(kwargs)
+    torch.manual_seed(0)
+    return HGWCaps(in_channels, out_channels, **args)
+
+
+@pytest.mark.parametrize(
+    'stride,padding,dilation,size',
+    list(itertools.product([1, 2, 3], [0, 1, 2], [1, 2], [(9, 13),
+                                                          (16, 7)])))
+def test_output_size_matches_conv2d(stride, padding, dilation, size):
+    caps = small_caps(stride=stride, padding=padding, dilation=dilation)
+    conv = nn.Conv2d(16, 8, 3, stride=stride, padding=padding,
+                     dilation=dilation)
+    x = torch.randn(2, 16, *size)
+    with torch.no_grad():
+        assert caps.eval()(x).shape == conv(x).shape
+
+
+@pytest.mark.parametrize('fill', [0.0, 3.0, 1e4])
+@pytest.mark.parametrize('routing', ['hgw', 'uniform'])
+def test_gradients_finite_for_degenerate_inputs(fill, routing):
+    caps = small_caps(routing=routing).train()
+    x = torch.full((2, 16, 6, 5), fill, requires_grad=True)
+    out = caps(x)
+    assert torch.isfinite(out).all()
+    out.pow(2).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    for name, p in caps.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+
+
+def test_activation_bounds_pose_length():
+    caps = small_caps().eval()
+    with torch.no_grad():
+        out = caps(torch.randn(3, 16, 6, 6) * 5)
+    lengths = out.view(3, 4, 2, 6, 6).norm(dim=2)
+    assert (lengths <= 1 + 1e-6).all() and (lengths > 0).all()
+    # The best-aligned type at each location has activation ~1.
+    assert torch.allclose(lengths.amax(1), torch.ones(3, 6, 6), atol=1e-2)
+
+
+def test_injected_regulariser_gradient_equals_explicit_sum():
+    torch.manual_seed(1)
+    x = torch.randn(2, 16, 5, 6)
+    weight = torch.randn(2, 8, 5, 6)
+    caps = small_caps().train()
+    twin = copy.deepcopy(caps)
+
+    (caps(x) * weight).sum().backward()
+
+    out, reg, _ = twin.forward_terms(x)
+    assert reg is not None and reg.item() > 0
+    ((out * weight).sum() + reg).backward()
+
+    for (name, a), b in zip(caps.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, msg=name)
+    # And the regulariser does move the gradient.
+    bare = copy.deepcopy(twin)
+    bare.zero_grad()
+    out, _, _ = bare.forward_terms(x)
+    (out * weight).sum().backward()
+    assert not torch.allclose(bare.subcapsules.grad, twin.subcapsules.grad)
+
+
+def test_no_regulariser_in_eval_or_under_ablation_b():
+    x = torch.randn(1, 16, 4, 4)
+    assert small_caps().eval().forward_terms(x)[1] is None
+    assert small_caps(ablation='B').train().forward_terms(x)[1] is None
+
+
+def test_uniform_and_hgw_routing_differ():
+    x = torch.randn(2, 16, 6, 6)
+    hgw = small_caps(routing='hgw', beta=0.5).eval()
+    uniform = small_caps(routing='uniform', beta=0.5).eval()
+    uniform.load_state_dict(hgw.state_dict())
+    with torch.no_grad():
+        a, b = hgw(x), uniform(x)
+    assert a.shape == b.shape
+    assert (a - b).abs().max() > 1e-3
+
+
+def test_eval_is_deterministic_and_state_dict_round_trips():
+    caps = small_caps().eval()
+    x = torch.randn(2, 16, 7, 5)
+    with torch.no_grad():
+        first, second = caps(x), caps(x)
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+    caps.beta.fill_(0.3)
+    torch.manual_seed(123)
+    fresh = HGWCaps(16, 8, 3, padding=1, **SMALL).eval()
+    fresh.load_state_dict(caps.state_dict())
+    assert fresh.beta.item() == pytest.approx(0.3)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(x), caps(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(in_channels=18), 'in_channels=18 must be divisible by in_types=4'),
+    (dict(out_channels=10), 'out_channels=10 must be divisible by'),
+    (dict(groups=2), 'groups must be 1'),
+    (dict(routing='dynamic'), 'routing must be one of'),
+    (dict(ablation='D'), 'ablation must be one of'),
+    (dict(grad='implicit'), 'grad must be one of'),
+    (dict(eps=0.0), 'eps must be'),
+    (dict(beta=1.5), 'beta must be in'),
+])
+def test_bad_arguments_raise_value_error(kwargs, match):
+    args = dict(in_channels=16, out_channels=8)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        small_caps(**args)
+
+
+def test_ablations_set_their_knobs():
+    assert small_caps(ablation='A').solver_cfg['regularizer'] == 'entropic'
+    assert small_caps(ablation='B').reg_weight == 0
+    c = small_caps(ablation='C', beta=0.2)
+    assert c.beta.item() == 1.0 and not c.beta_scheduled
+
+
+def test_zipf_structure_is_bounded_and_one_without_interaction():
+    parts = torch.randn(5, 6, 4) * 10
+    parts[:, 0] = 0
+    C = zipf_structure(parts)
+    assert (C > 0.5).all() and (C <= 1).all()
+    assert torch.all(C[:, 0, :] == 1) and torch.all(C[:, :, 0] == 1)
+    torch.testing.assert_close(C, C.transpose(-1, -2))
+
+
+@pytest.mark.parametrize('scope', ['mmdet', 'mmseg'])
+def test_build_conv_layer_finds_hgwcaps_in_both_scopes(scope):
+    with DefaultScope.overwrite_default_scope(scope):
+        layer = build_conv_layer(
+            dict(type='HGWCaps', **SMALL), 16, 8, kernel_size=3, stride=2,
+            padding=2, dilation=2, bias=False)
+    assert isinstance(layer, HGWCaps)
+    x = torch.randn(1, 16, 11, 9)
+    ref = nn.Conv2d(16, 8, 3, stride=2, padding=2, dilation=2)
+    assert layer.eval()(x).shape == ref(x).shape
+
+
+def test_stock_mmdet_resnet_takes_hgwcaps_through_dcn():
+    from mmdet.models.backbones import ResNet
+    torch.manual_seed(0)
+    backbone = ResNet(
+        depth=50, base_channels=8, out_indices=(0, 1, 2, 3),
+        dcn=dict(type='HGWCaps', in_types=4, out_types=4, num_parts=3,
+                 part_dim=4),
+        stage_with_dcn=(False, False, True, True), init_cfg=None)
+    backbone.init_weights()
+    caps = [m for m in backbone.modules() if isinstance(m, HGWCaps)]
+    assert len(caps) == 6 + 3  # every block of stages 3 and 4
+    assert isinstance(backbone.layer3[0].conv2, HGWCaps)
+    assert not isinstance(backbone.layer2[0].conv2, HGWCaps)
+    backbone.train()
+    x = torch.randn(2, 3, 64, 48)
+    outs = backbone(x)
+    assert [o.shape[1] for o in outs] == [32, 64, 128, 256]
+    assert outs[3].shape[-2:] == (2, 2)
+    sum(o.mean() for o in outs).backward()
+    for cap in caps:
+        assert torch.isfinite(cap.subcapsules.grad).all()
+        assert cap.subcapsules.grad.abs().sum() > 0
+
+
+def test_capsule_pool():
+    x = torch.randn(2, 12, 5, 4)
+    plain = CapsulePool(num_types=3, weighted=False)(x)
+    torch.testing.assert_close(plain, nn.AdaptiveAvgPool2d(1)(x))
+    # Weighted pooling ignores absent (zero-length) capsules.
+    caps = torch.zeros(1, 3, 4, 2, 2)
+    caps[..., 0, 0] = torch.randn(3, 4)
+    pooled = CapsulePool(num_types=3)(caps.reshape(1, 12, 2, 2))
+    torch.testing.assert_close(pooled.view(3, 4), caps[0, ..., 0, 0],
+                               atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match='divisible by num_types=5'):
+        CapsulePool(num_types=5)(x)
