@@ -10,6 +10,6 @@ from .version import __version__
 
 allow_mmengine_checkpoints()
 
-from . import engine, models  # noqa: E402,F401  (register the modules)
+from . import datasets, engine, models  # noqa: E402,F401  (registration)
 
 __all__ = ['__version__']

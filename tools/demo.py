@@ -1,7 +1,7 @@
 """Quick end-to-end check on a machine with no data and no GPU.
 
 Builds the stock Mask R-CNN R-50 FPN and its HGWCaps variant from their
-config files (the HGW one reaches mmhgw only through ``custom_imports``),
+config files (the HGW one carries ``custom_imports = [mmhgw]``),
 runs inference on a generated image, and prints parameters, latency and the
 detections side by side. Weights are random (no pretrained weights can be
 fetched here), so the detections only show that the pipeline runs.
@@ -12,22 +12,16 @@ import time
 
 import numpy as np
 import torch
-from mmengine import Config
 from mmengine.registry import init_default_scope
+
+from mmhgw.testing import load_config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = {
     'stock R-50': 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py',
     'HGWCaps R-50 (stages 3-4)':
-    osp.join(ROOT, 'configs/mask_rcnn/mask-rcnn_r50-hgwcaps-c34_fpn_1x_coco.py'),
+    osp.join(ROOT, 'configs/mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py'),
 }
-
-
-def load_config(path):
-    if '::' in path:  # a package-scoped stock config
-        from mmengine.hub import get_config
-        return get_config(path)
-    return Config.fromfile(path)
 
 
 def generated_image(height, width, seed=0):

@@ -1,0 +1,69 @@
+"""HGWCaps-ResNet backbones for MMDetection and MMSegmentation."""
+from typing import Optional, Sequence
+
+from mmhgw.registry import DET_MODELS, SEG_MODELS
+from .capsule_swap import (check_stage_flags, report_random_capsules,
+                           swap_block_convs)
+
+
+def _with_capsules(base, name):
+    """Subclass ``name`` of the stock ResNet ``base`` with HGW capsules."""
+
+    class HGWCapsResNetMixin(base):
+        """Stock ``{base}`` whose blocks in the stages flagged by
+        ``stage_with_hgw`` use HGW capsules for their 3x3 convolution
+        (``conv2`` of Bottleneck and BasicBlock, so depths 18 to 152).
+
+        Every stock argument keeps its meaning: ``depth``, ``out_indices``,
+        ``frozen_stages`` (capsule layers of frozen stages are frozen too),
+        ``norm_eval``, ``with_cp``, ``plugins``, ``dcn`` (in stages without
+        capsules), ``init_cfg``. With
+        ``init_cfg=dict(type='Pretrained', checkpoint=...)`` a plain ResNet
+        checkpoint fills every non-capsule layer; the capsule layers that
+        stay random are named in a warning.
+
+        Args:
+            hgw_cfg: config of the capsule layer (``type='HGWCaps'`` and its
+                arguments; geometry comes from the replaced convolution).
+            stage_with_hgw: per stage, whether its blocks get capsules.
+                Default: the last two stages, as the paper.
+            **kwargs: the stock backbone's arguments.
+        """
+
+        def __init__(self,
+                     hgw_cfg: Optional[dict] = None,
+                     stage_with_hgw: Sequence[bool] = (False, False, True,
+                                                       True),
+                     **kwargs):
+            super().__init__(**kwargs)
+            check_stage_flags(stage_with_hgw, self.num_stages,
+                              'stage_with_hgw')
+            self.stage_with_hgw = tuple(stage_with_hgw)
+            self.hgw_layers = swap_block_convs(self, self.res_layers,
+                                               stage_with_hgw, hgw_cfg)
+            # The stock constructor froze stages before the swap.
+            self._freeze_stages()
+
+        def init_weights(self):
+            super().init_weights()
+            report_random_capsules(self, self.hgw_layers)
+
+    HGWCapsResNetMixin.__doc__ = HGWCapsResNetMixin.__doc__.replace(
+        '{base}', base.__name__)
+    HGWCapsResNetMixin.__name__ = HGWCapsResNetMixin.__qualname__ = name
+    return HGWCapsResNetMixin
+
+
+__all__ = []
+
+if DET_MODELS is not None:
+    from mmdet.models.backbones import ResNet as DetResNet
+    HGWCapsResNet = DET_MODELS.register_module(
+        module=_with_capsules(DetResNet, 'HGWCapsResNet'))
+    __all__.append('HGWCapsResNet')
+
+if SEG_MODELS is not None:
+    from mmseg.models.backbones import ResNetV1c as SegResNetV1c
+    HGWCapsResNetV1c = SEG_MODELS.register_module(
+        module=_with_capsules(SegResNetV1c, 'HGWCapsResNetV1c'))
+    __all__.append('HGWCapsResNetV1c')

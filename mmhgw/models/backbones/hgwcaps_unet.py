@@ -1,0 +1,69 @@
+"""HGWCaps-UNet for MMSegmentation."""
+from typing import Optional, Sequence
+
+from mmhgw.registry import SEG_MODELS
+from .capsule_swap import (capsule_like, check_stage_flags,
+                           report_random_capsules)
+
+__all__ = []
+
+
+def _swap_conv_block(block, hgw_cfg):
+    """Capsules in every 3x3 ConvModule of a UNet ``BasicConvBlock``."""
+    for conv_module in block.convs:
+        conv_module.conv = capsule_like(conv_module.conv, hgw_cfg)
+    return len(block.convs)
+
+
+if SEG_MODELS is not None:
+    from mmseg.models.backbones import UNet
+    from mmseg.models.backbones.unet import BasicConvBlock
+
+    @SEG_MODELS.register_module()
+    class HGWCapsUNet(UNet):
+        """Stock mmseg ``UNet`` with HGW capsules in the 3x3 convolutions of
+        chosen encoder and decoder stages (default: the deepest of each, as
+        the paper).
+
+        Args:
+            hgw_cfg: config of the capsule layer (``type='HGWCaps'`` and its
+                arguments; geometry comes from the replaced convolution).
+            enc_with_hgw: per encoder stage (``num_stages`` entries).
+            dec_with_hgw: per decoder stage, deepest last
+                (``num_stages - 1`` entries, the order of
+                ``UNet.decoder``).
+            **kwargs: the stock UNet's arguments.
+        """
+
+        def __init__(self,
+                     hgw_cfg: Optional[dict] = None,
+                     enc_with_hgw: Optional[Sequence[bool]] = None,
+                     dec_with_hgw: Optional[Sequence[bool]] = None,
+                     **kwargs):
+            super().__init__(**kwargs)
+            n = self.num_stages
+            if enc_with_hgw is None:
+                enc_with_hgw = (False, ) * (n - 1) + (True, )
+            if dec_with_hgw is None:
+                dec_with_hgw = (False, ) * (n - 2) + (True, )
+            check_stage_flags(enc_with_hgw, n, 'enc_with_hgw')
+            check_stage_flags(dec_with_hgw, n - 1, 'dec_with_hgw')
+            self.enc_with_hgw = tuple(enc_with_hgw)
+            self.dec_with_hgw = tuple(dec_with_hgw)
+            self.hgw_layers = []
+            for i, flag in enumerate(enc_with_hgw):
+                if flag:
+                    block = [m for m in self.encoder[i]
+                             if isinstance(m, BasicConvBlock)][0]
+                    _swap_conv_block(block, hgw_cfg)
+                    self.hgw_layers.append(f'encoder.{i}')
+            for i, flag in enumerate(dec_with_hgw):
+                if flag:
+                    _swap_conv_block(self.decoder[i].conv_block, hgw_cfg)
+                    self.hgw_layers.append(f'decoder.{i}.conv_block')
+
+        def init_weights(self):
+            super().init_weights()
+            report_random_capsules(self, self.hgw_layers)
+
+    __all__.append('HGWCapsUNet')

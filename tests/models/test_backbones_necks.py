@@ -1,0 +1,155 @@
+"""HGWCaps backbones and neck behave as their stock counterparts."""
+import logging
+
+import pytest
+import torch
+from mmengine.logging import MMLogger
+from mmengine.registry import init_default_scope
+
+import mmhgw  # noqa: F401
+from mmhgw.models import HGWCaps
+from mmhgw.models.backbones import (HGWCapsResNet, HGWCapsResNetV1c,
+                                    HGWCapsUNet)
+from mmhgw.models.necks import HGWCapsFPN
+
+HGW = dict(type='HGWCaps', in_types=4, out_types=4, num_parts=3, part_dim=4)
+
+
+def evaluated(module):
+    module.eval()  # the stock ResNet's train() returns None
+    return module
+
+
+def count_caps(module):
+    return sum(isinstance(m, HGWCaps) for m in module.modules())
+
+
+@pytest.mark.parametrize('depth', [18, 34, 50, 101, 152])
+def test_resnet_depths_build_with_capsules_in_last_two_stages(depth):
+    from mmdet.models.backbones import ResNet
+    kw = dict(depth=depth, base_channels=8, out_indices=(0, 1, 2, 3),
+              init_cfg=None)
+    stock, caps = ResNet(**kw), HGWCapsResNet(hgw_cfg=HGW, **kw)
+    blocks = ResNet.arch_settings[depth][1]
+    assert count_caps(caps) == blocks[2] + blocks[3]
+    assert caps.hgw_layers[0] == 'layer3.0.conv2'
+    x = torch.randn(1, 3, 64, 32)
+    with torch.no_grad():
+        a, b = evaluated(stock)(x), evaluated(caps)(x)
+    assert [t.shape for t in a] == [t.shape for t in b]
+
+
+def test_resnet_frozen_stages_and_norm_eval_as_stock():
+    from mmdet.models.backbones import ResNet
+    torch.manual_seed(0)
+    kw = dict(depth=50, base_channels=8, frozen_stages=3, norm_eval=True,
+              init_cfg=None)
+    stock, caps = ResNet(**kw), HGWCapsResNet(hgw_cfg=HGW, **kw)
+    stock.train(), caps.train()
+    stock_flags = dict((n, p.requires_grad)
+                       for n, p in stock.named_parameters())
+    for name, p in caps.named_parameters():
+        if name in stock_flags:
+            assert p.requires_grad == stock_flags[name], name
+    # Capsules in frozen stage 3 are frozen; those of stage 4 train.
+    assert not any(p.requires_grad for p in caps.layer3.parameters())
+    assert all(p.requires_grad for p in caps.layer4[0].conv2.parameters())
+    bns = [m for m in caps.modules()
+           if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    assert bns and not any(m.training for m in bns)
+
+
+def test_resnet_with_cp_and_stage_flags():
+    torch.manual_seed(0)
+    caps = HGWCapsResNet(depth=18, base_channels=8, with_cp=True,
+                         hgw_cfg=HGW, stage_with_hgw=(False, True, False,
+                                                      False), init_cfg=None)
+    assert caps.hgw_layers == ['layer2.0.conv2', 'layer2.1.conv2']
+    x = torch.randn(2, 3, 32, 32, requires_grad=True)
+    caps.train()
+    sum(o.sum() for o in caps(x)).backward()
+    assert torch.isfinite(x.grad).all()
+    with pytest.raises(ValueError, match='stage_with_hgw must have one entry'):
+        HGWCapsResNet(depth=18, stage_with_hgw=(True, ), init_cfg=None)
+
+
+def test_plain_resnet_checkpoint_fills_non_capsule_layers(tmp_path):
+    from mmdet.models.backbones import ResNet
+    torch.manual_seed(1)
+    stock = ResNet(depth=18, base_channels=8, init_cfg=None)
+    path = tmp_path / 'resnet18_tiny.pth'
+    torch.save({'state_dict': stock.state_dict()}, path)
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        caps = HGWCapsResNet(depth=18, base_channels=8, hgw_cfg=HGW,
+                             init_cfg=dict(type='Pretrained',
+                                           checkpoint=str(path)))
+        caps.init_weights()
+    finally:
+        logger.removeHandler(handler)
+    caps_state = caps.state_dict()
+    for name, value in stock.state_dict().items():
+        if name in caps_state:
+            torch.testing.assert_close(caps_state[name], value, msg=name)
+        else:  # only the replaced 3x3 convolutions have no counterpart
+            assert name.startswith(('layer3', 'layer4')) and 'conv2' in name
+    messages = ' '.join(r.getMessage() for r in records)
+    assert 'stay randomly initialised' in messages
+    assert 'layer4.1.conv2' in messages
+
+
+def test_resnet_v1c_keeps_dilations():
+    from mmseg.models.backbones import ResNetV1c
+    kw = dict(depth=50, base_channels=8, num_stages=4,
+              strides=(1, 2, 1, 1), dilations=(1, 1, 2, 4),
+              contract_dilation=True, init_cfg=None)
+    init_default_scope('mmseg')
+    stock = ResNetV1c(**kw)
+    caps = HGWCapsResNetV1c(hgw_cfg=HGW, **kw)
+    assert caps.layer4[1].conv2.embed.dilation == (4, 4)
+    for name in ('layer3', 'layer4'):  # same geometry as the stock convs
+        for ours, theirs in zip(getattr(caps, name), getattr(stock, name)):
+            for attr in ('stride', 'padding', 'dilation'):
+                assert getattr(ours.conv2.embed, attr) == \
+                    getattr(theirs.conv2, attr)
+    x = torch.randn(1, 3, 48, 40)
+    with torch.no_grad():
+        a, b = evaluated(stock)(x), evaluated(caps)(x)
+    assert [t.shape for t in a] == [t.shape for t in b]
+
+
+def test_unet_capsules_in_deepest_stages_and_shapes():
+    from mmseg.models.backbones import UNet
+    init_default_scope('mmseg')
+    kw = dict(base_channels=8, norm_cfg=dict(type='BN'))
+    stock, caps = UNet(**kw), HGWCapsUNet(hgw_cfg=HGW, **kw)
+    assert caps.hgw_layers == ['encoder.4', 'decoder.3.conv_block']
+    assert count_caps(caps.encoder[4]) == 2
+    assert count_caps(caps.decoder[3]) == 2
+    assert count_caps(caps) == 4
+    x = torch.randn(1, 3, 64, 32)
+    with torch.no_grad():
+        a, b = evaluated(stock)(x), evaluated(caps)(x)
+    assert [t.shape for t in a] == [t.shape for t in b]
+    with pytest.raises(ValueError, match='dec_with_hgw'):
+        HGWCapsUNet(hgw_cfg=HGW, dec_with_hgw=(True, ), **kw)
+
+
+def test_fpn_output_convs_become_capsules():
+    from mmdet.models.necks import FPN
+    kw = dict(in_channels=[8, 16, 32, 64], out_channels=16, num_outs=5,
+              add_extra_convs='on_input')
+    stock, caps = FPN(**kw), HGWCapsFPN(hgw_cfg=HGW, **kw)
+    assert count_caps(caps) == 4  # the extra convolution stays stock
+    assert count_caps(HGWCapsFPN(hgw_cfg=HGW, hgw_extra_convs=True,
+                                 **kw)) == 5
+    feats = [torch.randn(1, c, 32 // 2**i, 32 // 2**i)
+             for i, c in enumerate([8, 16, 32, 64])]
+    with torch.no_grad():
+        a, b = evaluated(stock)(feats), evaluated(caps)(feats)
+    assert [t.shape for t in a] == [t.shape for t in b]

@@ -1,0 +1,141 @@
+"""Every config in configs/ builds; each model family trains and predicts on
+small synthetic inputs on the CPU."""
+import glob
+import os.path as osp
+
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+
+import mmhgw  # noqa: F401
+from mmhgw.models import HGWCaps
+from mmhgw.testing import build_model_for_test, load_config_for_test
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CONFIGS = sorted(
+    p for p in glob.glob(osp.join(ROOT, 'configs', '**', '*.py'),
+                         recursive=True) if '_base_' not in p)
+
+
+def test_configs_found():
+    assert len(CONFIGS) >= 10
+
+
+@pytest.mark.parametrize('path', CONFIGS,
+                         ids=[osp.relpath(p, ROOT) for p in CONFIGS])
+def test_config_loads_and_builds(path):
+    cfg = load_config_for_test(path)
+    model = build_model_for_test(cfg)
+    has_caps = any(isinstance(m, HGWCaps) for m in model.modules())
+    assert has_caps == ('hgwcaps' in osp.basename(path))
+    if has_caps:
+        assert cfg.custom_imports.imports == ['mmhgw']
+        assert any(h.type == 'HGWBetaWarmupHook' for h in cfg.custom_hooks)
+
+
+def det_batch(model, training):
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+    gen = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for _ in range(2):
+        inputs.append(torch.randint(0, 256, (3, 64, 96), generator=gen,
+                                    dtype=torch.uint8))
+        sample = DetDataSample(metainfo=dict(
+            img_shape=(64, 96), ori_shape=(64, 96), scale_factor=(1.0, 1.0),
+            img_id=0))
+        masks = np.zeros((2, 64, 96), dtype=np.uint8)
+        masks[0, 8:40, 10:50] = 1
+        masks[1, 30:60, 50:90] = 1
+        sample.gt_instances = InstanceData(
+            bboxes=torch.tensor([[10., 8., 50., 40.], [50., 30., 90., 60.]]),
+            labels=torch.tensor([3, 7]), masks=BitmapMasks(masks, 64, 96))
+        samples.append(sample)
+    return model.data_preprocessor(dict(inputs=inputs, data_samples=samples),
+                                   training)
+
+
+def seg_batch(model, training, num_classes):
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    gen = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for _ in range(2):
+        inputs.append(torch.randint(0, 256, (3, 64, 64), generator=gen,
+                                    dtype=torch.uint8))
+        sample = SegDataSample(metainfo=dict(
+            img_shape=(64, 64), ori_shape=(64, 64), pad_shape=(64, 64)))
+        sample.gt_sem_seg = PixelData(data=torch.randint(
+            0, num_classes, (1, 64, 64), generator=gen))
+        samples.append(sample)
+    return model.data_preprocessor(dict(inputs=inputs, data_samples=samples),
+                                   training)
+
+
+def check_loss_backward(model, losses):
+    total, _ = model.parse_losses(losses)
+    assert torch.isfinite(total)
+    total.backward()
+    caps = [m for m in model.modules() if isinstance(m, HGWCaps)]
+    assert caps
+    for m in caps:
+        grad = m.subcapsules.grad
+        assert grad is not None and torch.isfinite(grad).all()
+        assert grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize('name', [
+    'mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py',
+    'mask_rcnn/mask-rcnn_hgwcaps-r50_hgwcaps-fpn_1x_coco.py',
+])
+def test_mask_rcnn_loss_and_predict(name):
+    cfg = load_config_for_test(osp.join(ROOT, 'configs', name))
+    model = build_model_for_test(cfg)
+    model.train()
+    losses = model(**det_batch(model, True), mode='loss')
+    assert {'loss_rpn_cls', 'loss_bbox', 'loss_mask'} <= set(losses)
+    check_loss_backward(model, losses)
+    model.eval()
+    with torch.no_grad():
+        results = model(**det_batch(model, False), mode='predict')
+    assert len(results) == 2
+    assert 'masks' in results[0].pred_instances
+
+
+@pytest.mark.parametrize('name,num_classes', [
+    ('unet/unet-hgwcaps-s5-d16_fcn_4xb4-20k_voc12aug-512x512.py', 21),
+    ('deeplabv3plus/deeplabv3plus_hgwcaps-r50-d8_4xb4-20k_isic2018-512x512.py',
+     2),
+])
+def test_segmentor_loss_and_predict(name, num_classes):
+    cfg = load_config_for_test(osp.join(ROOT, 'configs', name),
+                               seg_size=(64, 64))
+    model = build_model_for_test(cfg)
+    model.train()
+    losses = model(**seg_batch(model, True, num_classes), mode='loss')
+    assert 'decode.loss_ce' in losses
+    check_loss_backward(model, losses)
+    model.eval()
+    with torch.no_grad():
+        results = model(**seg_batch(model, False, num_classes),
+                        mode='predict')
+    assert results[0].pred_sem_seg.data.shape == (1, 64, 64)
+    assert int(results[0].pred_sem_seg.data.max()) < num_classes
+
+
+def test_config_inherits_stock_and_changes_only_the_backbone_type():
+    ours = Config.fromfile(osp.join(
+        ROOT, 'configs/mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py'))
+    stock = load_config_for_test(
+        'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', keep_init=True)
+    assert ours.train_cfg == stock.train_cfg
+    assert ours.optim_wrapper == stock.optim_wrapper
+    assert ours.model.neck == stock.model.neck
+    backbone = dict(ours.model.backbone)
+    for key in ('type', 'hgw_cfg', 'stage_with_hgw'):
+        backbone.pop(key)
+    stock_backbone = dict(stock.model.backbone)
+    stock_backbone.pop('type')
+    assert backbone == stock_backbone

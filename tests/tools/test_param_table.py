@@ -1,0 +1,25 @@
+"""Every HGWCaps config has fewer parameters than its stock counterpart."""
+import os.path as osp
+import sys
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from tools.analysis.param_table import count, pairs  # noqa: E402
+
+
+def test_counterparts_are_resolved_from_base_files():
+    found = {osp.basename(h): s for h, s in pairs()}
+    assert len(found) == 7
+    assert found['mask-rcnn_hgwcaps-r50_hgwcaps-fpn_1x_coco.py'] == \
+        'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
+    assert found['unet-hgwcaps-s5-d16_fcn_4xb4-20k_voc12aug-512x512.py'] \
+        .endswith('configs/unet/unet-s5-d16_fcn_4xb4-20k_voc12aug-512x512.py')
+
+
+def test_every_hgw_config_has_fewer_parameters_than_stock():
+    cache = {}
+    for hgw, stock in pairs():
+        for p in (hgw, stock):
+            cache.setdefault(p, count(p))
+        assert cache[hgw] < cache[stock], (hgw, cache[hgw], cache[stock])

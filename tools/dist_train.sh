@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Distributed training: tools/dist_train.sh CONFIG NUM_PROCS [train.py args]
+# On a machine without GPUs the processes use the gloo backend on the CPU.
+CONFIG=$1
+NPROCS=$2
+PORT=${PORT:-29500}
+PYTHON=${PYTHON:-python}
+shift 2
+"$PYTHON" -m torch.distributed.run --nproc_per_node="$NPROCS" \
+    --master_port="$PORT" "$(dirname "$0")/train.py" "$CONFIG" \
+    --launcher pytorch "$@"

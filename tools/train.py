@@ -1,0 +1,65 @@
+"""Train a detector or segmentor from a config with mmengine's Runner.
+
+Works for mmdet and mmseg configs alike: the Runner reads ``default_scope``.
+
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
+"""
+import argparse
+import os
+import os.path as osp
+
+import torch
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description='Train a model')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='where logs and checkpoints go')
+    parser.add_argument(
+        '--resume', nargs='?', type=str, const='auto',
+        help='resume from this checkpoint; without a path, from the latest '
+        'checkpoint in the work dir')
+    parser.add_argument('--amp', action='store_true',
+                        help='automatic mixed precision training')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value')
+    parser.add_argument('--launcher', default='none',
+                        choices=['none', 'pytorch', 'slurm', 'mpi'])
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def main():
+    args = parse_args()
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    if args.launcher != 'none' and not torch.cuda.is_available():
+        # NCCL needs GPUs: on CPU, distribute over gloo.
+        cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
+        cfg.env_cfg.dist_cfg['backend'] = 'gloo'
+    if args.amp:
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if args.resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif args.resume is not None:
+        cfg.resume, cfg.load_from = True, args.resume
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+
+
+if __name__ == '__main__':
+    main()
