@@ -10,8 +10,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmhgw.ot import (bound_distance, embedding_distance, gw_terms,
-                      hgw_distance, hgw_value, kl_matrix_divergence,
-                      mix_structure)
+                      hgw_distance, hgw_value, mix_structure, safe_log)
 from mmhgw.registry import MODELS
 from .aux_loss import attach_aux_loss
 
@@ -44,9 +43,19 @@ def zipf_structure(parts: Tensor) -> Tensor:
     return 1 / (1 + a.unsqueeze(-1) * a.unsqueeze(-2))
 
 
-def kl_per_entry(A: Tensor, B: Tensor) -> Tensor:
-    """Mean over problems of ``L(A, B)`` per matrix entry (paper Eq. reg)."""
-    return kl_matrix_divergence(A, B).mean() / (A.shape[-1] * A.shape[-2])
+def kl_off_diagonal(A: Tensor, B: Tensor) -> Tensor:
+    """``L(A, B)`` of paper Eq. reg, averaged over problems and over the
+    off-diagonal entries of the [..., V, V] matrices.
+
+    The diagonal is left out: an embedding's distance to itself sits at the
+    distance floor while ``C_obs`` has ``1 / (1 + a_i^2) >= 1/2`` there, a
+    constant offset of about 0.5 per entry with zero gradient (a part does
+    not interact with itself) that would only swamp the logged value.
+    """
+    V = A.shape[-1]
+    off = ~torch.eye(V, dtype=torch.bool, device=A.device)
+    per_entry = A * (safe_log(A) - safe_log(B)) - A + B
+    return (per_entry * off).sum((-1, -2)).mean() / (V * (V - 1))
 
 
 @MODELS.register_module()
@@ -76,8 +85,9 @@ class HGWCaps(BaseModule):
        mapped to ``out_dim`` by a learned per-type linear map and rescaled to
        length ``a_n`` (safe norm).
     6. In training, the regulariser ``E = reg_weight * (L(K_pp, C_obs_p) +
-       L(K_qq, C_obs_q))`` (Eq. reg; KL loss per entry, ``C_obs`` as the
-       fixed target) joins the main loss through
+       L(K_qq, C_obs_q))`` (Eq. reg; KL loss averaged over off-diagonal
+       entries, see :func:`kl_off_diagonal`; ``C_obs`` as the fixed target)
+       joins the main loss through
        :func:`~mmhgw.models.layers.aux_loss.attach_aux_loss`.
 
     Args:
@@ -252,8 +262,8 @@ class HGWCaps(BaseModule):
         reg = None
         if self.training and self.reg_weight > 0 and torch.is_grad_enabled():
             reg = self.reg_weight * (
-                kl_per_entry(K_pp, obs_p.detach()) +
-                kl_per_entry(K_qq, obs_q.detach()))
+                kl_off_diagonal(K_pp, obs_p.detach()) +
+                kl_off_diagonal(K_qq, obs_q.detach()))
         return out, reg, dist
 
     def forward(self, x: Tensor) -> Tensor:

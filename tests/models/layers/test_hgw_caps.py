@@ -194,3 +194,13 @@ def test_capsule_pool():
                                atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match='divisible by num_types=5'):
         CapsulePool(num_types=5)(x)
+
+
+def test_regulariser_ignores_the_diagonal():
+    from mmhgw.models.layers.hgw_caps import kl_off_diagonal
+    C = torch.rand(3, 5, 5) * 0.5 + 0.5
+    K = C.clone()
+    K.diagonal(dim1=-2, dim2=-1).fill_(0.01)  # self-distance at the floor
+    assert kl_off_diagonal(K, C).item() == pytest.approx(0.0, abs=1e-7)
+    K[0, 1, 2] = 0.9
+    assert kl_off_diagonal(K, C).item() > 0

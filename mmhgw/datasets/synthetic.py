@@ -1,0 +1,238 @@
+"""Built-in datasets, generated deterministically from a seed in seconds.
+
+Each is laid out exactly as its real counterpart, so the stock dataset
+classes and metrics read it unchanged:
+
+- :func:`make_coco_instances`: COCO instance segmentation (``train2017/``,
+  ``val2017/``, ``annotations/instances_{train,val}2017.json`` with RLE
+  masks) of filled shapes on textured backgrounds, with scale and rotation
+  variation and occlusion (a later shape hides what it covers).
+- :func:`make_voc_semantic`: Pascal VOC 2012 semantic segmentation
+  (``VOCdevkit/VOC2012/{JPEGImages,SegmentationClass,ImageSets/Segmentation}``,
+  palette PNGs with 255 object borders, as VOC's).
+- :func:`make_isic_lesions`: ISIC-2018 Task 1 as arranged by
+  ``tools/dataset_converters/isic2018.py`` (0/255 masks).
+"""
+import json
+import os
+import os.path as osp
+from typing import Callable, Optional, Sequence
+
+import cv2
+import numpy as np
+
+#: Shape classes of the generated detection set.
+SHAPES = ('circle', 'square', 'triangle', 'star')
+
+
+def _progress(total: int, label: str) -> Callable[[], None]:
+    done = [0]
+
+    def step():
+        done[0] += 1
+        width = 30
+        filled = width * done[0] // total
+        if filled == width * (done[0] - 1) // total and done[0] < total:
+            return
+        print(f'\r{label:12s} [{"#" * filled}{"." * (width - filled)}] '
+              f'{done[0]}/{total}', end='\n' if done[0] == total else '',
+              flush=True)
+
+    return step
+
+
+def _texture(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """A smooth random colour field with grain (BGR, uint8)."""
+    coarse = rng.uniform(40, 215, (4, 4, 3)).astype(np.float32)
+    img = cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC)
+    yy, xx = np.mgrid[:height, :width].astype(np.float32)
+    stripes = 12 * np.sin(xx / rng.uniform(3, 9) + yy / rng.uniform(5, 15))
+    img += stripes[..., None] + rng.normal(0, 6, (height, width, 3))
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _shape_polygon(kind: str, cx: float, cy: float, radius: float,
+                   angle: float) -> np.ndarray:
+    if kind == 'circle':
+        t = np.linspace(0, 2 * np.pi, 32, endpoint=False)
+        radii = np.full_like(t, radius)
+    elif kind == 'square':
+        t = np.arange(4) * np.pi / 2 + np.pi / 4
+        radii = np.full_like(t, radius)
+    elif kind == 'triangle':
+        t = np.arange(3) * 2 * np.pi / 3
+        radii = np.full_like(t, radius)
+    elif kind == 'star':
+        t = np.arange(10) * np.pi / 5
+        radii = np.where(np.arange(10) % 2 == 0, radius, radius * 0.45)
+    else:
+        raise ValueError(f'unknown shape {kind!r}, expected one of {SHAPES}')
+    t = t + angle
+    return np.stack([cx + radii * np.cos(t), cy + radii * np.sin(t)], -1)
+
+
+def _draw_shapes(rng, height, width, kinds, max_shapes, min_area):
+    """Image plus per-instance (class index, mask) after occlusion."""
+    img = _texture(rng, height, width)
+    instances = []
+    for _ in range(rng.integers(1, max_shapes + 1)):
+        label = int(rng.integers(len(kinds)))
+        radius = rng.uniform(0.08, 0.22) * min(height, width)
+        cx = rng.uniform(radius, width - radius)
+        cy = rng.uniform(radius, height - radius)
+        poly = _shape_polygon(kinds[label], cx, cy, radius,
+                              rng.uniform(0, 2 * np.pi))
+        mask = np.zeros((height, width), np.uint8)
+        cv2.fillPoly(mask, [np.round(poly).astype(np.int32)], 1)
+        colour = rng.uniform(0, 255, 3)
+        shade = rng.uniform(0.8, 1.2, (height, width, 1))
+        body = np.clip(colour * shade, 0, 255).astype(np.uint8)
+        img[mask > 0] = body[mask > 0]
+        for _, other in instances:  # occlusion: the new shape hides
+            other[mask > 0] = 0
+        instances.append((label, mask))
+    kept = [(label, m) for label, m in instances if m.sum() >= min_area]
+    return img, kept
+
+
+def make_coco_instances(out_dir: str, num_train: int = 200,
+                        num_val: int = 50, size: Sequence[int] = (128, 160),
+                        seed: int = 0, max_shapes: int = 4,
+                        classes: Sequence[str] = SHAPES) -> dict:
+    """COCO-format instance segmentation of shapes; returns its metainfo."""
+    from pycocotools import mask as mask_utils
+    height, width = size
+    categories = [dict(id=i + 1, name=name) for i, name in enumerate(classes)]
+    for split, count in (('train2017', num_train), ('val2017', num_val)):
+        rng = np.random.default_rng([seed, 0 if split == 'train2017' else 1])
+        os.makedirs(osp.join(out_dir, split), exist_ok=True)
+        images, annotations = [], []
+        step = _progress(count, f'coco {split[:-4]}')
+        for idx in range(count):
+            img, instances = _draw_shapes(rng, height, width, classes,
+                                          max_shapes, min_area=30)
+            name = f'{idx:012d}.jpg'
+            cv2.imwrite(osp.join(out_dir, split, name), img,
+                        [cv2.IMWRITE_JPEG_QUALITY, 95])
+            images.append(dict(id=idx, file_name=name, height=height,
+                               width=width))
+            for label, mask in instances:
+                rle = mask_utils.encode(np.asfortranarray(mask))
+                x, y, w, h = mask_utils.toBbox(rle).tolist()
+                rle['counts'] = rle['counts'].decode('ascii')
+                annotations.append(dict(
+                    id=len(annotations) + 1, image_id=idx,
+                    category_id=label + 1, segmentation=rle,
+                    area=float(mask.sum()), bbox=[x, y, w, h], iscrowd=0))
+            step()
+        os.makedirs(osp.join(out_dir, 'annotations'), exist_ok=True)
+        with open(osp.join(out_dir, 'annotations',
+                           f'instances_{split}.json'), 'w') as f:
+            json.dump(dict(images=images, annotations=annotations,
+                           categories=categories), f)
+    return dict(classes=tuple(classes))
+
+
+#: VOC's colour palette for the first classes (background, aeroplane, ...).
+def _voc_palette() -> list:
+    palette = []
+    for i in range(256):
+        r = g = b = 0
+        c = i
+        for j in range(8):
+            r |= ((c >> 0) & 1) << (7 - j)
+            g |= ((c >> 1) & 1) << (7 - j)
+            b |= ((c >> 2) & 1) << (7 - j)
+            c >>= 3
+        palette += [r, g, b]
+    return palette
+
+
+def make_voc_semantic(out_dir: str, num_train: int = 100, num_val: int = 30,
+                      size: Sequence[int] = (128, 160), seed: int = 0,
+                      class_ids: Sequence[int] = (1, 8, 12, 15)) -> None:
+    """Pascal VOC 2012 layout: shapes labelled with VOC class ids
+    (default aeroplane, cat, dog, person), 255 borders."""
+    from PIL import Image
+    height, width = size
+    root = osp.join(out_dir, 'VOCdevkit', 'VOC2012')
+    for sub in ('JPEGImages', 'SegmentationClass', 'ImageSets/Segmentation'):
+        os.makedirs(osp.join(root, sub), exist_ok=True)
+    palette = _voc_palette()
+    kinds = SHAPES[:len(class_ids)] if len(class_ids) <= len(SHAPES) else \
+        [SHAPES[i % len(SHAPES)] for i in range(len(class_ids))]
+    for split, count in (('train', num_train), ('val', num_val)):
+        rng = np.random.default_rng([seed, 2 if split == 'train' else 3])
+        names = []
+        step = _progress(count, f'voc {split}')
+        for idx in range(count):
+            img, instances = _draw_shapes(rng, height, width, kinds, 3,
+                                          min_area=1)
+            label = np.zeros((height, width), np.uint8)
+            for cls, mask in instances:
+                border = cv2.morphologyEx(mask, cv2.MORPH_GRADIENT,
+                                          np.ones((3, 3), np.uint8))
+                label[mask > 0] = class_ids[cls]
+                label[border > 0] = 255
+            name = f'2007_{split}{idx:06d}'
+            names.append(name)
+            cv2.imwrite(osp.join(root, 'JPEGImages', name + '.jpg'), img)
+            png = Image.fromarray(label, mode='P')
+            png.putpalette(palette)
+            png.save(osp.join(root, 'SegmentationClass', name + '.png'))
+            step()
+        with open(osp.join(root, 'ImageSets', 'Segmentation',
+                           f'{split}.txt'), 'w') as f:
+            f.write('\n'.join(names) + '\n')
+
+
+def make_isic_lesions(out_dir: str, num_train: int = 100, num_val: int = 30,
+                      size: Sequence[int] = (128, 128),
+                      seed: int = 0) -> None:
+    """ISIC-2018 Task 1 layout: skin-toned images with one irregular, darker
+    lesion each; masks 0 / 255."""
+    height, width = size
+    yy, xx = np.mgrid[:height, :width].astype(np.float32)
+    for split, count in (('train', num_train), ('val', num_val)):
+        rng = np.random.default_rng([seed, 4 if split == 'train' else 5])
+        for sub in ('images', 'annotations'):
+            os.makedirs(osp.join(out_dir, sub, split), exist_ok=True)
+        step = _progress(count, f'isic {split}')
+        for idx in range(count):
+            skin = np.array([rng.uniform(120, 170), rng.uniform(140, 180),
+                             rng.uniform(190, 230)], np.float32)
+            img = skin + rng.normal(0, 7, (height, width, 3))
+            cy, cx = rng.uniform(0.35, 0.65, 2) * (height, width)
+            ry, rx = rng.uniform(0.12, 0.3, 2) * (height, width)
+            theta = np.arctan2(yy - cy, xx - cx)
+            wobble = 1 + sum(rng.uniform(0, 0.12) * np.cos(
+                k * theta + rng.uniform(0, 2 * np.pi)) for k in (2, 3, 5))
+            radius = np.sqrt(((yy - cy) / ry)**2 + ((xx - cx) / rx)**2)
+            mask = (radius < wobble).astype(np.uint8)
+            depth = np.clip(1.2 - radius / wobble, 0, 1)[..., None]
+            lesion = np.array([rng.uniform(30, 70), rng.uniform(40, 80),
+                               rng.uniform(70, 120)], np.float32)
+            img = img * (1 - depth * mask[..., None]) + \
+                lesion * depth * mask[..., None]
+            img = np.clip(img, 0, 255).astype(np.uint8)
+            name = f'ISIC_{idx + (0 if split == "train" else 900000):07d}'
+            cv2.imwrite(osp.join(out_dir, 'images', split, name + '.jpg'),
+                        img)
+            cv2.imwrite(osp.join(out_dir, 'annotations', split,
+                                 name + '_segmentation.png'), mask * 255)
+            step()
+
+
+def make_all(root: str, seed: int = 0, scale: float = 1.0,
+             only: Optional[Sequence[str]] = None) -> None:
+    """All three sets under ``root/{coco,VOCdevkit,ISIC2018}``; ``scale``
+    multiplies the image counts."""
+    n = lambda k: max(2, int(round(k * scale)))  # noqa: E731
+    only = set(only or ('coco', 'voc', 'isic'))
+    if 'coco' in only:
+        make_coco_instances(osp.join(root, 'coco'), n(200), n(50), seed=seed)
+    if 'voc' in only:
+        make_voc_semantic(root, n(100), n(30), seed=seed)
+    if 'isic' in only:
+        make_isic_lesions(osp.join(root, 'ISIC2018'), n(100), n(30),
+                          seed=seed)
