@@ -4,34 +4,7 @@ from typing import Optional, Tuple
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-
-def load_config(path: str) -> Config:
-    """``Config.fromfile``, also for package-scoped stock configs
-    (``'mmdet::...'``)."""
-    if '::' in path:
-        # Resolved as a config inheriting it would resolve it (get_config
-        # would add _scope_ keys that no inheriting config has).
-        import os
-        import tempfile
-        fd, tmp = tempfile.mkstemp(suffix='.py')
-        try:
-            with os.fdopen(fd, 'w') as f:
-                f.write(f'_base_ = [{path!r}]\n')
-            return Config.fromfile(tmp)
-        finally:
-            os.remove(tmp)
-    return Config.fromfile(path)
-
-
-def _sync_bn_to_bn(node):
-    if isinstance(node, dict):
-        if node.get('type') == 'SyncBN':
-            node['type'] = 'BN'
-        for value in node.values():
-            _sync_bn_to_bn(value)
-    elif isinstance(node, (list, tuple)):
-        for value in node:
-            _sync_bn_to_bn(value)
+from .config_utils import load_config, sync_bn_to_bn
 
 
 def load_config_for_test(path: str, seg_size: Optional[Tuple[int, int]] = None,
@@ -47,7 +20,7 @@ def load_config_for_test(path: str, seg_size: Optional[Tuple[int, int]] = None,
     if not keep_init:
         cfg.model.pop('pretrained', None)
         cfg.model.backbone.init_cfg = None
-    _sync_bn_to_bn(cfg.model)
+    sync_bn_to_bn(cfg.model)
     if seg_size is not None:
         cfg.model.data_preprocessor.size = seg_size
     return cfg

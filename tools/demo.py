@@ -1,87 +1,149 @@
-"""Quick end-to-end check on a machine with no data and no GPU.
+"""The main job on built-in data: train and evaluate HGWCaps models beside
+their stock counterparts, on the CPU, with no download.
 
-Builds the stock Mask R-CNN R-50 FPN and its HGWCaps variant from their
-config files (the HGW one carries ``custom_imports = [mmhgw]``),
-runs inference on a generated image, and prints parameters, latency and the
-detections side by side. Weights are random (no pretrained weights can be
-fetched here), so the detections only show that the pipeline runs.
+1. Generates the demo datasets (``tools/make_demo_data.py``; skipped when
+   ``data/demo`` already holds them).
+2. For Mask R-CNN on the shapes set (COCO layout) and UNet on the lesion set
+   (ISIC-2018 layout), trains the stock and the HGWCaps config of
+   ``configs/demo/`` with ``tools/train.py`` and evaluates the last
+   checkpoint with ``tools/test.py``: the stock Runner, metrics and logs.
+3. Prints one table (bbox / segm mAP from CocoMetric, mIoU / mDice from
+   IoUMetric, parameters, times) and writes it to
+   ``work_dirs/demo/summary.md``.
+
+    python tools/demo.py [--work-dir work_dirs/demo] [--only seg|det]
 """
 import argparse
+import json
+import os
 import os.path as osp
+import subprocess
+import sys
 import time
 
-import numpy as np
-import torch
-from mmengine.registry import init_default_scope
-
-from mmhgw.testing import load_config
-
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-CONFIGS = {
-    'stock R-50': 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py',
-    'HGWCaps R-50 (stages 3-4)':
-    osp.join(ROOT, 'configs/mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py'),
+sys.path.insert(0, ROOT)
+
+from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
+
+DATA = osp.join(ROOT, 'data', 'demo')
+JOBS = [
+    dict(task='det', title='Mask R-CNN R-50 FPN, shapes (COCO layout)',
+         stock='configs/demo/mask-rcnn_r50_fpn_demo-shapes.py',
+         hgw='configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py'),
+    dict(task='seg', title='UNet s5-d16, lesions (ISIC-2018 layout)',
+         stock='configs/demo/unet-s5-d16_fcn_demo-isic.py',
+         hgw='configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py'),
+]
+METRICS = {
+    'det': [('bbox mAP', 'coco/bbox_mAP'), ('segm mAP', 'coco/segm_mAP')],
+    'seg': [('mIoU', 'mIoU'), ('mDice', 'mDice')],
 }
+#: Lines of the training log echoed to the console.
+ECHO = ('Iter(train)', 'Iter(val) [', 'Saving checkpoint', 'bbox_mAP:',
+        'segm_mAP:', 'mIoU')
 
 
-def generated_image(height, width, seed=0):
-    """A textured background with a few filled shapes (BGR, uint8)."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[:height, :width]
-    img = np.stack([(xx * 0.3 + rng.normal(0, 8, (height, width))) % 256,
-                    (yy * 0.4 + rng.normal(0, 8, (height, width))) % 256,
-                    np.full((height, width), 90.0)], -1)
-    for _ in range(4):
-        cy, cx = rng.integers(0, height), rng.integers(0, width)
-        r = rng.integers(min(height, width) // 12, min(height, width) // 5)
-        mask = (yy - cy)**2 + (xx - cx)**2 < r**2
-        img[mask] = rng.integers(0, 256, 3)
-    return img.astype(np.uint8)
-
-
-def run(name, path, img, score_thr):
-    from mmdet.apis import inference_detector, init_detector
-    cfg = load_config(path)
-    cfg.model.backbone.init_cfg = None  # no network: random weights
-    init_default_scope(cfg.get('default_scope', 'mmdet'))
-    torch.manual_seed(0)
-    model = init_detector(cfg, checkpoint=None, device='cpu')
-    inference_detector(model, img)  # warm-up
+def run_logged(cmd, log_path):
+    """Run ``cmd``, keep its whole output in ``log_path``, echo progress."""
     start = time.perf_counter()
-    result = inference_detector(model, img)
-    seconds = time.perf_counter() - start
-    inst = result.pred_instances
-    keep = inst.scores > score_thr
-    return dict(
-        name=name,
-        params=sum(p.numel() for p in model.parameters()),
-        backbone=sum(p.numel() for p in model.backbone.parameters()),
-        seconds=seconds,
-        detections=int(keep.sum()),
-        masks=tuple(inst.masks.shape) if 'masks' in inst else None)
+    with open(log_path, 'w') as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            log.write(line)
+            if any(key in line for key in ECHO):
+                print('    ' + line.rstrip()[:220], flush=True)
+        proc.wait()
+    if proc.returncode:
+        raise SystemExit(f'{" ".join(cmd)} failed ({proc.returncode}); '
+                         f'see {log_path}')
+    return time.perf_counter() - start
+
+
+def ensure_data():
+    marker = osp.join(DATA, '.complete')
+    if osp.exists(marker):
+        print(f'demo data found in {DATA}')
+        return
+    subprocess.run([sys.executable, 'tools/make_demo_data.py', '--out',
+                    DATA], cwd=ROOT, check=True)
+    open(marker, 'w').close()
+
+
+def train_and_test(config, work_root):
+    name = osp.splitext(osp.basename(config))[0]
+    work = osp.join(work_root, name)
+    os.makedirs(work, exist_ok=True)
+    print(f'\n== {name}: training', flush=True)
+    # The evaluation is tools/test.py's; none inside the training run.
+    train_s = run_logged([sys.executable, 'tools/train.py', config,
+                          '--work-dir', work, '--cfg-options',
+                          'train_cfg.val_interval=1000000'],
+                         osp.join(work, 'train.out'))
+    with open(osp.join(work, 'last_checkpoint')) as f:
+        checkpoint = f.read().strip()
+    print(f'== {name}: testing {osp.basename(checkpoint)}', flush=True)
+    metrics_file = osp.join(work, 'metrics.json')
+    test_s = run_logged([sys.executable, 'tools/test.py', config, checkpoint,
+                         '--work-dir', osp.join(work, 'test'),
+                         '--metrics-out', metrics_file],
+                        osp.join(work, 'test.out'))
+    with open(metrics_file) as f:
+        metrics = json.load(f)
+    cfg = load_config_for_test(osp.join(ROOT, config))
+    params = sum(p.numel() for p in build_model_for_test(cfg).parameters())
+    return dict(name=name, metrics=metrics, params=params, train_s=train_s,
+                test_s=test_s, iters=cfg.train_cfg.max_iters)
+
+
+def summary_table(results):
+    lines = ['| task | model | params | train (s) | test (s) | metrics |',
+             '|---|---|---|---|---|---|']
+    for job, stock, hgw in results:
+        for label, r in (('stock', stock), ('HGWCaps', hgw)):
+            metrics = ', '.join(
+                f'{name} {r["metrics"].get(key, float("nan")):.3f}'
+                if job['task'] == 'det' else
+                f'{name} {r["metrics"].get(key, float("nan")):.2f}'
+                for name, key in METRICS[job['task']])
+            ratio = '' if r is stock else \
+                f' ({r["params"] / stock["params"]:.2f}x)'
+            time_ratio = '' if r is stock else \
+                f' ({r["train_s"] / stock["train_s"]:.1f}x)'
+            lines.append(
+                f'| {job["title"]} | {label} ({r["iters"]} iters) | '
+                f'{r["params"] / 1e6:.2f}M{ratio} | {r["train_s"]:.0f}'
+                f'{time_ratio} | {r["test_s"]:.0f} | {metrics} |')
+    return '\n'.join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--size', type=int, nargs=2, default=(320, 480),
-                        metavar=('H', 'W'), help='generated image size')
-    parser.add_argument('--score-thr', type=float, default=0.05)
+    parser.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs',
+                                                       'demo'))
+    parser.add_argument('--only', choices=['det', 'seg'])
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    img = generated_image(*args.size)
-    rows = [run(name, path, img, args.score_thr)
-            for name, path in CONFIGS.items()]
-    base = rows[0]
-    print(f'\nMask R-CNN inference on a generated {args.size[0]}x'
-          f'{args.size[1]} image, CPU, random weights\n')
-    print(f'{"model":28s} {"params":>12s} {"backbone":>12s} '
-          f'{"latency":>10s} {"dets>thr":>9s}  masks')
-    for r in rows:
-        print(f'{r["name"]:28s} {r["params"] / 1e6:9.2f}M '
-              f'({r["params"] / base["params"]:.2f}) '
-              f'{r["backbone"] / 1e6:6.2f}M ({r["backbone"] / base["backbone"]:.2f}) '
-              f'{r["seconds"]:7.2f}s ({r["seconds"] / base["seconds"]:.1f}x) '
-              f'{r["detections"]:6d}  {r["masks"]}')
+    start = time.perf_counter()
+    ensure_data()
+    results = []
+    for job in JOBS:
+        if args.only and job['task'] != args.only:
+            continue
+        stock = train_and_test(job['stock'], args.work_dir)
+        hgw = train_and_test(job['hgw'], args.work_dir)
+        results.append((job, stock, hgw))
+    table = summary_table(results)
+    total = time.perf_counter() - start
+    text = (f'# mmhgw demo\n\nBuilt-in data, CPU, both models of a pair '
+            f'with the same schedule, trained from scratch (no pretrained '
+            f'weights offline). Total time {total / 60:.1f} min.\n\n'
+            f'{table}\n')
+    os.makedirs(args.work_dir, exist_ok=True)
+    with open(osp.join(args.work_dir, 'summary.md'), 'w') as f:
+        f.write(text)
+    print('\n' + text)
+    print(f'written to {osp.join(args.work_dir, "summary.md")}')
 
 
 if __name__ == '__main__':

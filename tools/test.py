@@ -3,6 +3,7 @@
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR]
 """
 import argparse
+import json
 import os
 import os.path as osp
 
@@ -18,6 +19,8 @@ def parse_args():
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='where logs and metrics go')
+    parser.add_argument('--metrics-out',
+                        help='also write the metrics to this JSON file')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     parser.add_argument('--launcher', default='none',
@@ -46,6 +49,9 @@ def main():
     runner = Runner.from_cfg(cfg)
     metrics = runner.test()
     print(metrics)
+    if args.metrics_out:
+        with open(args.metrics_out, 'w') as f:
+            json.dump(metrics, f, indent=2)
 
 
 if __name__ == '__main__':

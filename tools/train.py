@@ -13,6 +13,7 @@ from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
+from mmhgw.config_utils import sync_bn_to_bn
 
 
 def parse_args():
@@ -47,9 +48,18 @@ def main():
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     if args.launcher != 'none' and not torch.cuda.is_available():
-        # NCCL needs GPUs: on CPU, distribute over gloo.
+        # NCCL and SyncBN need GPUs: on CPU, distribute over gloo with plain
+        # BN, and let DDP broadcast rank 0's BN buffers every step so the
+        # replicas stay identical. CPU modules take no device_ids.
         cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
         cfg.env_cfg.dist_cfg['backend'] = 'gloo'
+        sync_bn_to_bn(cfg.model)
+        if cfg.get('model_wrapper_cfg') is None:
+            cfg.model_wrapper_cfg = dict(
+                type='MMDistributedDataParallel', device_ids=None,
+                broadcast_buffers=True,
+                find_unused_parameters=cfg.get('find_unused_parameters',
+                                               False))
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')

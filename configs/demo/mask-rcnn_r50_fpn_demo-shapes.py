@@ -1,14 +1,16 @@
 # Stock Mask R-CNN R-50 FPN on the built-in shapes set (COCO layout, made by
 # tools/make_demo_data.py): the baseline of the HGWCaps demo config. Changes
 # to the stock config: data paths and classes, image size, a CPU-feasible
-# schedule, and, since no pretrained weights can be fetched offline, a
-# backbone trained from scratch (BN statistics updated, no frozen stage).
+# schedule (batch 2, 300 proposals and 128 sampled RoIs per image instead
+# of 2000 and 512, anchors scaled to 128x160 images), and, since no
+# pretrained weights can be fetched offline, a backbone trained from scratch
+# (BN statistics updated, no frozen stage).
 _base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py']
 
 data_root = 'data/demo/coco/'
 classes = ('circle', 'square', 'triangle', 'star')
 image_size = (160, 128)  # (w, h)
-max_iters = 300
+max_iters = 150
 
 model = dict(
     backbone=dict(frozen_stages=-1, norm_eval=False, init_cfg=None),
@@ -16,6 +18,9 @@ model = dict(
     roi_head=dict(
         bbox_head=dict(num_classes=len(classes)),
         mask_head=dict(num_classes=len(classes))),
+    train_cfg=dict(
+        rpn_proposal=dict(nms_pre=1000, max_per_img=300),
+        rcnn=dict(sampler=dict(num=128))),
     test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=300)))
 
 train_pipeline = [
@@ -34,7 +39,7 @@ test_pipeline = [
                     'scale_factor'))
 ]
 train_dataloader = dict(
-    batch_size=4,
+    batch_size=2,
     num_workers=0,
     persistent_workers=False,
     sampler=dict(type='InfiniteSampler', shuffle=True),

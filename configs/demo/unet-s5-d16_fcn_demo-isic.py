@@ -6,7 +6,7 @@ _base_ = ['../unet/unet-s5-d16_fcn_4xb4-20k_isic2018-512x512.py']
 
 data_root = 'data/demo/ISIC2018'
 crop_size = (128, 128)
-max_iters = 300
+max_iters = 60
 
 model = dict(data_preprocessor=dict(size=crop_size))
 train_pipeline = [

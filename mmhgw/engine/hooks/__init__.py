@@ -1,3 +1,4 @@
 from .beta_warmup import HGWBetaWarmupHook, hgw_modules
+from .rank_consistency import RankConsistencyHook
 
-__all__ = ['HGWBetaWarmupHook', 'hgw_modules']
+__all__ = ['HGWBetaWarmupHook', 'RankConsistencyHook', 'hgw_modules']

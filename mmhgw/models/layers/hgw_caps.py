@@ -219,14 +219,18 @@ class HGWCaps(BaseModule):
         # The cross cost is never logged: no positivity floor needed.
         return bound_distance(sq, d, floor=0.0)
 
-    def forward_terms(self, x: Tensor
-                      ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
-        """The output, the regulariser E (None unless training with
-        ``reg_weight > 0``) and the HGW distances [B, H'*W', out_types],
-        with E not yet attached to the output."""
+    def route(self, x: Tensor) -> dict:
+        """The routing of one forward pass, for inspection and plotting.
+
+        Returns a dict with ``components`` X_p [B, L, V_p, d],
+        ``distance`` [B, L, out_types] (HGW distance of every location to
+        every output type's subcapsule), ``plan`` [B, L, out_types, V_p,
+        V_q], the structure terms ``K_pp``, ``obs_p``, ``K_qq``, ``obs_q``
+        used by the regulariser, and the output grid ``size`` (H', W').
+        """
         comps = self.embed(x)
         B, _, H, W = comps.shape
-        V_p, V_q, N = self.in_types, self.num_parts, self.out_types
+        V_p, V_q = self.in_types, self.num_parts
         X_p = comps.view(B, V_p, self.part_dim, H * W).permute(0, 3, 1, 2)
         X_q = self.subcapsules
         K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
@@ -245,7 +249,18 @@ class HGWCaps(BaseModule):
             q = K.new_full((V_q, ), 1.0 / V_q)
             plan = K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
             dist = hgw_value(gw_terms(C_p, C_q, p, q), K, plan, beta)
+        return dict(components=X_p, distance=dist, plan=plan, K_pp=K_pp,
+                    obs_p=obs_p, K_qq=K_qq, obs_q=obs_q, size=(H, W))
 
+    def forward_terms(self, x: Tensor
+                      ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+        """The output, the regulariser E (None unless training with
+        ``reg_weight > 0``) and the HGW distances [B, H'*W', out_types],
+        with E not yet attached to the output."""
+        r = self.route(x)
+        X_p, dist, plan = r['components'], r['distance'], r['plan']
+        B, (H, W) = X_p.shape[0], r['size']
+        V_q, N = self.num_parts, self.out_types
         # Barycentric projection onto the parts: columns of the plan sum to
         # 1 / V_q, hence the factor V_q.
         parts = V_q * torch.einsum('blnpq,blpd->blnqd', plan, X_p)
@@ -262,8 +277,8 @@ class HGWCaps(BaseModule):
         reg = None
         if self.training and self.reg_weight > 0 and torch.is_grad_enabled():
             reg = self.reg_weight * (
-                kl_off_diagonal(K_pp, obs_p.detach()) +
-                kl_off_diagonal(K_qq, obs_q.detach()))
+                kl_off_diagonal(r['K_pp'], r['obs_p'].detach()) +
+                kl_off_diagonal(r['K_qq'], r['obs_q'].detach()))
         return out, reg, dist
 
     def forward(self, x: Tensor) -> Tensor:

@@ -1,0 +1,60 @@
+"""Shared fixtures: a reduced HGWCaps segmentation config on generated data."""
+import os.path as osp
+import textwrap
+
+import pytest
+
+from mmhgw.datasets.synthetic import make_isic_lesions
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+DEMO_SEG = osp.join(ROOT, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py')
+
+
+def write_reduced_seg_config(tmp_path, num_train=40, num_val=10):
+    """The demo HGWCaps UNet, narrowed (base 16 channels, 8 capsule types),
+    on 64x64 generated lesions, with a deterministic pipeline and no
+    dropout so that runs are exactly repeatable."""
+    data = tmp_path / 'ISIC2018'
+    make_isic_lesions(str(data), num_train=num_train, num_val=num_val,
+                      size=(64, 64), seed=1)
+    path = tmp_path / 'reduced_unet_hgw.py'
+    path.write_text(textwrap.dedent(f"""
+        _base_ = [{DEMO_SEG!r}]
+        data_root = {str(data)!r}
+        crop_size = (64, 64)
+        model = dict(
+            data_preprocessor=dict(size=crop_size),
+            backbone=dict(base_channels=16, hgw_cfg=dict(
+                in_types=8, out_types=8, num_parts=4, part_dim=4)),
+            decode_head=dict(in_channels=16, channels=16, dropout_ratio=0),
+            auxiliary_head=dict(in_channels=32, channels=16,
+                                dropout_ratio=0))
+        pipeline = [
+            dict(type='LoadImageFromFile'),
+            dict(type='LoadAnnotations'),
+            dict(type='Resize', scale=crop_size, keep_ratio=False),
+            dict(type='PackSegInputs')
+        ]
+        train_dataloader = dict(
+            batch_size=4,
+            dataset=dict(data_root=data_root, pipeline=pipeline))
+        val_dataloader = dict(
+            dataset=dict(data_root=data_root, pipeline=pipeline))
+        test_dataloader = val_dataloader
+        optim_wrapper = dict(optimizer=dict(lr=0.05))
+        randomness = dict(seed=0, deterministic=True)
+        custom_hooks = [
+            dict(type='HGWBetaWarmupHook', warmup_iters=10),
+            dict(type='RankConsistencyHook')
+        ]
+        default_hooks = dict(logger=dict(interval=1))
+    """))
+    return path
+
+
+
+
+@pytest.fixture
+def reduced_seg_config():
+    """``write_reduced_seg_config(tmp_path, num_train, num_val) -> path``."""
+    return write_reduced_seg_config
