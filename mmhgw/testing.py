@@ -26,11 +26,12 @@ def load_config_for_test(path: str, seg_size: Optional[Tuple[int, int]] = None,
     return cfg
 
 
-def build_model_for_test(cfg: Config):
-    """Build ``cfg.model`` in the config's default scope, weights
-    initialised."""
+def build_model_for_test(cfg: Config, init: bool = True):
+    """Build ``cfg.model`` in the config's default scope, with its weights
+    initialised when ``init``."""
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     from mmengine.registry import MODELS
     model = MODELS.build(cfg.model)
-    model.init_weights()
+    if init:
+        model.init_weights()
     return model

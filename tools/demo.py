@@ -92,7 +92,8 @@ def train_and_test(config, work_root):
     with open(metrics_file) as f:
         metrics = json.load(f)
     cfg = load_config_for_test(osp.join(ROOT, config))
-    params = sum(p.numel() for p in build_model_for_test(cfg).parameters())
+    params = sum(p.numel()
+                 for p in build_model_for_test(cfg, init=False).parameters())
     return dict(name=name, metrics=metrics, params=params, train_s=train_s,
                 test_s=test_s, iters=cfg.train_cfg.max_iters)
 

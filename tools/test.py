@@ -7,11 +7,11 @@ import json
 import os
 import os.path as osp
 
-import torch
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
+from mmhgw.engine.cpu_dist import prepare_cpu_distributed
 
 
 def parse_args():
@@ -42,9 +42,7 @@ def main():
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
-    if args.launcher != 'none' and not torch.cuda.is_available():
-        cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
-        cfg.env_cfg.dist_cfg['backend'] = 'gloo'
+    prepare_cpu_distributed(cfg)
     cfg.load_from = args.checkpoint
     runner = Runner.from_cfg(cfg)
     metrics = runner.test()

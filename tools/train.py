@@ -8,12 +8,11 @@ import argparse
 import os
 import os.path as osp
 
-import torch
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
-from mmhgw.config_utils import sync_bn_to_bn
+from mmhgw.engine.cpu_dist import prepare_cpu_distributed
 
 
 def parse_args():
@@ -47,19 +46,7 @@ def main():
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
-    if args.launcher != 'none' and not torch.cuda.is_available():
-        # NCCL and SyncBN need GPUs: on CPU, distribute over gloo with plain
-        # BN, and let DDP broadcast rank 0's BN buffers every step so the
-        # replicas stay identical. CPU modules take no device_ids.
-        cfg.setdefault('env_cfg', {}).setdefault('dist_cfg', {})
-        cfg.env_cfg.dist_cfg['backend'] = 'gloo'
-        sync_bn_to_bn(cfg.model)
-        if cfg.get('model_wrapper_cfg') is None:
-            cfg.model_wrapper_cfg = dict(
-                type='MMDistributedDataParallel', device_ids=None,
-                broadcast_buffers=True,
-                find_unused_parameters=cfg.get('find_unused_parameters',
-                                               False))
+    prepare_cpu_distributed(cfg)
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')

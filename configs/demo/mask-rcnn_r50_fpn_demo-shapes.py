@@ -10,7 +10,7 @@ _base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py']
 data_root = 'data/demo/coco/'
 classes = ('circle', 'square', 'triangle', 'star')
 image_size = (160, 128)  # (w, h)
-max_iters = 150
+max_iters = 100
 
 model = dict(
     backbone=dict(frozen_stages=-1, norm_eval=False, init_cfg=None),
