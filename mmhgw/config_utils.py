@@ -31,3 +31,20 @@ def sync_bn_to_bn(node):
     elif isinstance(node, (list, tuple)):
         for value in node:
             sync_bn_to_bn(value)
+
+
+def config_from_args(args) -> Config:
+    """The config of a train / test command line: ``args.config`` with
+    ``--cfg-options`` merged, ``launcher`` set and ``work_dir`` defaulting to
+    ``./work_dirs/<config name>``, as the stock OpenMMLab tools do."""
+    import os.path as osp
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    return cfg

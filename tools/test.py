@@ -5,12 +5,12 @@
 import argparse
 import json
 import os
-import os.path as osp
 
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
+from mmhgw.config_utils import config_from_args
 from mmhgw.engine.cpu_dist import prepare_cpu_distributed
 
 
@@ -33,15 +33,7 @@ def parse_args():
 
 def main():
     args = parse_args()
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = config_from_args(args)
     prepare_cpu_distributed(cfg)
     cfg.load_from = args.checkpoint
     runner = Runner.from_cfg(cfg)

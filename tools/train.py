@@ -6,12 +6,12 @@ Works for mmdet and mmseg configs alike: the Runner reads ``default_scope``.
 """
 import argparse
 import os
-import os.path as osp
 
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
+from mmhgw.config_utils import config_from_args
 from mmhgw.engine.cpu_dist import prepare_cpu_distributed
 
 
@@ -37,15 +37,7 @@ def parse_args():
 
 def main():
     args = parse_args()
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = config_from_args(args)
     prepare_cpu_distributed(cfg)
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
