@@ -27,7 +27,7 @@ setup(
     'MMDetection and MMSegmentation',
     long_description=open(osp.join(HERE, 'README.md')).read(),
     long_description_content_type='text/markdown',
-    packages=find_packages(exclude=('tests', 'tests.*', 'configs', 'tools')),
+    packages=find_packages(include=('mmhgw', 'mmhgw.*')),
     python_requires='>=3.9',
     install_requires=(read_requirements('torch') + read_requirements('mmcv') +
                       read_requirements('runtime')),
