@@ -33,11 +33,25 @@ def sync_bn_to_bn(node):
             sync_bn_to_bn(value)
 
 
+def add_runner_args(parser):
+    """The options the train and test tools share (as the stock tools):
+    ``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local_rank``."""
+    from mmengine.config import DictAction
+    parser.add_argument('--work-dir', help='where logs and outputs go')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value')
+    parser.add_argument('--launcher', default='none',
+                        choices=['none', 'pytorch', 'slurm', 'mpi'])
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
 def config_from_args(args) -> Config:
     """The config of a train / test command line: ``args.config`` with
     ``--cfg-options`` merged, ``launcher`` set and ``work_dir`` defaulting to
     ``./work_dirs/<config name>``, as the stock OpenMMLab tools do."""
+    import os
     import os.path as osp
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
     if args.cfg_options:

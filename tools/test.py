@@ -4,13 +4,11 @@
 """
 import argparse
 import json
-import os
 
-from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
-from mmhgw.config_utils import config_from_args
+from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.cpu_dist import prepare_cpu_distributed
 
 
@@ -18,17 +16,10 @@ def parse_args():
     parser = argparse.ArgumentParser(description='Test a checkpoint')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument('--work-dir', help='where logs and metrics go')
     parser.add_argument('--metrics-out',
                         help='also write the metrics to this JSON file')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, key=value')
-    parser.add_argument('--launcher', default='none',
-                        choices=['none', 'pytorch', 'slurm', 'mpi'])
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    add_runner_args(parser)
+    return parser.parse_args()
 
 
 def main():

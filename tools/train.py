@@ -5,34 +5,25 @@ Works for mmdet and mmseg configs alike: the Runner reads ``default_scope``.
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
 """
 import argparse
-import os
 
-from mmengine.config import DictAction
 from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
-from mmhgw.config_utils import config_from_args
+from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.cpu_dist import prepare_cpu_distributed
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description='Train a model')
     parser.add_argument('config', help='train config file path')
-    parser.add_argument('--work-dir', help='where logs and checkpoints go')
     parser.add_argument(
         '--resume', nargs='?', type=str, const='auto',
         help='resume from this checkpoint; without a path, from the latest '
         'checkpoint in the work dir')
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision training')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, key=value')
-    parser.add_argument('--launcher', default='none',
-                        choices=['none', 'pytorch', 'slurm', 'mpi'])
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    add_runner_args(parser)
+    return parser.parse_args()
 
 
 def main():

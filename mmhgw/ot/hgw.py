@@ -462,19 +462,21 @@ def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
                                          q.shape[:-1])
     proximal = regularizer == 'proximal'
 
-    def solve(C_p, C_q, K, beta):
-        terms = gw_terms(C_p, C_q, p, q, loss)
+    # The plan-independent terms are built once: iterated on (detached in
+    # envelope mode) and differentiated in the final value.
+    terms = gw_terms(C_p, C_q, p, q, loss)
+
+    def solve(terms, K, beta):
         T = _proximal_iterations(terms, K, beta, p, q, eps, outer_iters,
                                  inner_iters, proximal, tol, batch_shape)
-        return terms, round_to_polytope(T, p, q)
+        return round_to_polytope(T, p, q)
 
     if grad == 'unroll':
-        terms, T = solve(C_p, C_q, K, beta)
+        T = solve(terms, K, beta)
     else:
         with torch.no_grad():
-            _, T = solve(C_p.detach(), C_q.detach(), K.detach(),
-                         beta.detach() if torch.is_tensor(beta) else beta)
-        terms = gw_terms(C_p, C_q, p, q, loss)
+            T = solve(GWTerms(*(t.detach() for t in terms)), K.detach(),
+                      beta.detach() if torch.is_tensor(beta) else beta)
     return HGWResult(hgw_value(terms, K, T, beta), T)
 
 
