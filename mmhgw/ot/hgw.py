@@ -24,6 +24,13 @@ LOSSES = ('kl', 'square')
 REGULARIZERS = ('proximal', 'entropic')
 GRAD_MODES = ('envelope', 'unroll')
 
+#: Plan entries per chunk of a CPU solve (4 MiB in float32): a proximal step
+#: makes ~20 elementwise passes over its chunk, which then stay in cache
+#: instead of streaming from memory; tensors above glibc's 32 MiB mmap
+#: ceiling would also be mapped, page-faulted and unmapped on every pass.
+#: Measured 2.7x faster on 134k problems of 32 x 8 (docs/benchmarks.md).
+CPU_CHUNK_ENTRIES = 2**20
+
 
 def safe_log(x: Tensor) -> Tensor:
     """``log(x)`` with ``x`` clamped to the dtype's smallest normal number.
@@ -257,7 +264,12 @@ def hgw_value(terms: GWTerms, K: Tensor, T: Tensor,
 
 
 def _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
-                  loss, regularizer, grad, tol, check_values):
+                  loss, regularizer, grad, tol, check_values,
+                  chunk_entries=None):
+    if not (chunk_entries is None or chunk_entries == 'auto' or (
+            isinstance(chunk_entries, int) and chunk_entries > 0)):
+        raise ValueError(f"chunk_entries must be 'auto', None or a positive "
+                         f'int, got {chunk_entries!r}')
     for name, value, allowed in (('loss', loss, LOSSES),
                                  ('regularizer', regularizer, REGULARIZERS),
                                  ('grad', grad, GRAD_MODES)):
@@ -391,13 +403,41 @@ def _proximal_iterations(terms, K, beta, p, q, eps, outer_iters,
     return T
 
 
+def _chunk_split(batch_shape: torch.Size, entries_per_problem: int,
+                 chunk_entries: Optional[int]) -> Optional[Tuple[int, int]]:
+    """``(axis, length)``: split the batch along its largest axis into
+    slices of ``length`` holding at most ``chunk_entries`` plan entries
+    (at least one slice each); None when one chunk holds everything."""
+    total = math.prod(batch_shape) * entries_per_problem
+    if chunk_entries is None or total <= chunk_entries or not batch_shape:
+        return None
+    axis = max(range(len(batch_shape)), key=lambda i: batch_shape[i])
+    length = max(1, chunk_entries * batch_shape[axis] // total)
+    return None if length >= batch_shape[axis] else (axis, length)
+
+
+def _narrow_batch(t, core: int, axis_from_end: int, start: int,
+                  length: int):
+    """Slice ``t`` (``core`` trailing non-batch dims) along the batch axis
+    ``axis_from_end`` (negative, counted from the last batch dim), unless
+    ``t`` broadcasts along it."""
+    if not torch.is_tensor(t):
+        return t
+    axis = t.dim() - core + axis_from_end
+    if axis < 0 or t.shape[axis] == 1:
+        return t
+    return t.narrow(axis, start, min(length, t.shape[axis] - start))
+
+
 def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
                  beta: Union[float, Tensor], eps: float = 1e-3,
                  outer_iters: int, inner_iters: int, loss: str = 'kl',
                  regularizer: str = 'proximal', grad: str = 'envelope',
                  p: Optional[Tensor] = None, q: Optional[Tensor] = None,
                  tol: Optional[float] = None,
-                 check_values: bool = True) -> HGWResult:
+                 check_values: bool = True,
+                 chunk_entries: Union[int, str, None] = 'auto'
+                 ) -> HGWResult:
     """Hybrid Gromov-Wasserstein distance and plan (paper Eq. 21, 24, 25).
 
     Solves ``min_{T in Gamma(p, q)} <L(C_p, C_q) (x) T, T> + beta <K, T>``
@@ -427,6 +467,13 @@ def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
     theorem; memory of one plan whatever the iteration count).
     ``grad='unroll'`` backpropagates through every iteration.
 
+    Chunking: with fixed counts the iterations run over slices of the batch
+    of at most ``chunk_entries`` plan entries each (problems are
+    independent, so the result is the same up to float round-off). On a CPU
+    this keeps each slice's temporaries in cache (2.7x faster at the
+    layer's sizes, see :data:`CPU_CHUNK_ENTRIES`); on a GPU one launch over
+    the whole batch is faster, so ``'auto'`` chunks only on the CPU.
+
     Args:
         C_p: [..., V_p, V_p] input structure matrix (positive for ``'kl'``).
         C_q: [..., V_q, V_q] subcapsule structure matrix.
@@ -444,13 +491,17 @@ def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
             synchronises with the device, so hot paths that build valid inputs
             by construction turn it off. Shapes and options are always
             checked.
+        chunk_entries: plan entries per chunk of the iterations; ``'auto'``
+            (:data:`CPU_CHUNK_ENTRIES` on the CPU, no chunking elsewhere),
+            a positive int, or None (never chunk). Ignored when ``tol`` is
+            set (its stopping test is over the whole batch).
 
     Returns:
         :class:`HGWResult` with ``distance`` [...] and ``plan``
         [..., V_p, V_q]; the plan is detached in envelope mode.
     """
     _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
-                  loss, regularizer, grad, tol, check_values)
+                  loss, regularizer, grad, tol, check_values, chunk_entries)
     V_p, V_q = C_p.shape[-1], C_q.shape[-1]
     dtype = torch.promote_types(torch.promote_types(C_p.dtype, C_q.dtype),
                                 K.dtype)
@@ -466,10 +517,32 @@ def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
     # envelope mode) and differentiated in the final value.
     terms = gw_terms(C_p, C_q, p, q, loss)
 
-    def solve(terms, K, beta):
+    if chunk_entries == 'auto':
+        chunk_entries = CPU_CHUNK_ENTRIES if K.device.type == 'cpu' else None
+    split = None if tol is not None else _chunk_split(
+        batch_shape, V_p * V_q, chunk_entries)
+
+    def solve_one(terms, K, beta, p, q, batch_shape):
         T = _proximal_iterations(terms, K, beta, p, q, eps, outer_iters,
                                  inner_iters, proximal, tol, batch_shape)
         return round_to_polytope(T, p, q)
+
+    def solve(terms, K, beta):
+        if split is None:
+            return solve_one(terms, K, beta, p, q, batch_shape)
+        axis, length = split
+        from_end = axis - len(batch_shape)
+        plans = []
+        for start in range(0, batch_shape[axis], length):
+            def cut(t, core):
+                return _narrow_batch(t, core, from_end, start, length)
+
+            shape = list(batch_shape)
+            shape[axis] = min(length, batch_shape[axis] - start)
+            plans.append(solve_one(
+                GWTerms(*(cut(t, 2) for t in terms)), cut(K, 2),
+                cut(beta, 2), cut(p, 1), cut(q, 1), torch.Size(shape)))
+        return torch.cat(plans, dim=from_end - 2)
 
     if grad == 'unroll':
         T = solve(terms, K, beta)

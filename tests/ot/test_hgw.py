@@ -351,3 +351,50 @@ def test_fixed_count_kernel_domain_equals_log_domain_iterates(eps):
     res = hgw_distance(C_p, C_q, K, beta=0.5, eps=eps, outer_iters=3,
                        inner_iters=4)
     torch.testing.assert_close(res.plan, expected, atol=1e-9, rtol=1e-7)
+
+
+@pytest.mark.parametrize('grad', ['envelope', 'unroll'])
+@pytest.mark.parametrize('chunk_entries', [1, 7 * 3 * 4, 1000])
+def test_chunked_solve_equals_one_solve(grad, chunk_entries):
+    """Chunks along the largest batch axis, with inputs that broadcast along
+    it (C_q, beta) and inputs that do not (C_p, K, batched marginals)."""
+    gen = torch.Generator().manual_seed(3)
+    B, L, N, V_p, V_q = 2, 11, 3, 4, 3
+    C_p = torch.rand(B, L, 1, V_p, V_p, generator=gen,
+                     dtype=torch.float64) + 0.5
+    C_q = torch.rand(N, V_q, V_q, generator=gen, dtype=torch.float64) + 0.5
+    K = torch.rand(B, L, N, V_p, V_q, generator=gen, dtype=torch.float64,
+                   requires_grad=True)
+    p = torch.softmax(torch.randn(B, L, 1, V_p, generator=gen,
+                                  dtype=torch.float64), -1)
+    beta = torch.full((N, 1, 1), 0.5, dtype=torch.float64)
+    kwargs = dict(beta=beta, eps=1e-2, outer_iters=2, inner_iters=3, p=p,
+                  grad=grad)
+    whole = hgw_distance(C_p, C_q, K, chunk_entries=None, **kwargs)
+    split = hgw_distance(C_p, C_q, K, chunk_entries=chunk_entries, **kwargs)
+    assert split.plan.shape == whole.plan.shape == (B, L, N, V_p, V_q)
+    torch.testing.assert_close(split.plan, whole.plan, rtol=1e-12,
+                               atol=1e-14)
+    torch.testing.assert_close(split.distance, whole.distance, rtol=1e-12,
+                               atol=1e-14)
+    g_whole, = torch.autograd.grad(whole.distance.sum(), K)
+    g_split, = torch.autograd.grad(split.distance.sum(), K)
+    torch.testing.assert_close(g_split, g_whole, rtol=1e-12, atol=1e-14)
+
+
+def test_chunk_split_picks_largest_axis_and_bounds_chunk_size():
+    from mmhgw.ot.hgw import _chunk_split
+    assert _chunk_split(torch.Size([2, 100, 8]), 16, None) is None
+    assert _chunk_split(torch.Size([2, 100, 8]), 16, 10**6) is None
+    axis, length = _chunk_split(torch.Size([2, 100, 8]), 16, 1000)
+    assert axis == 1 and length * 2 * 8 * 16 <= 1000 and length >= 1
+    # A single slice larger than the budget still makes progress.
+    assert _chunk_split(torch.Size([3, 5]), 16, 1) == (1, 1)
+
+
+@pytest.mark.parametrize('chunk_entries', [0, -5, 2.5, 'yes'])
+def test_bad_chunk_entries_raise(chunk_entries):
+    C = torch.ones(1, 2, 2)
+    with pytest.raises(ValueError, match='chunk_entries'):
+        hgw_distance(C, C, C, beta=0.5, outer_iters=1, inner_iters=1,
+                     chunk_entries=chunk_entries)

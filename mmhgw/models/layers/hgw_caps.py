@@ -112,6 +112,8 @@ class HGWCaps(BaseModule):
             ``'B'`` no regulariser E, ``'C'`` beta fixed at 1 (no observed
             structure). They override the matching arguments.
         temperature: of the activation.
+        chunk_entries: plan entries per chunk of the solver's iterations
+            (``'auto'``: chunked on the CPU only; see ``hgw_distance``).
         conv_cfg: config of the component convolution (default Conv2d).
         init_cfg: mmengine initialisation config.
     """
@@ -139,6 +141,7 @@ class HGWCaps(BaseModule):
                  solver_regularizer: str = 'proximal',
                  ablation: Optional[str] = None,
                  temperature: float = 0.1,
+                 chunk_entries='auto',
                  conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
@@ -173,12 +176,14 @@ class HGWCaps(BaseModule):
         self.num_parts, self.part_dim = num_parts, part_dim
         self.solver_cfg = dict(eps=eps, outer_iters=outer_iters,
                                inner_iters=inner_iters, grad=grad,
-                               regularizer=solver_regularizer)
+                               regularizer=solver_regularizer,
+                               chunk_entries=chunk_entries)
         # Fail at build time, not at the first forward.
         probe = torch.ones(1, 2, 2)
         hgw_distance(probe, probe, probe, beta=0.0, outer_iters=outer_iters,
                      inner_iters=inner_iters, eps=eps, grad=grad,
-                     regularizer=solver_regularizer)
+                     regularizer=solver_regularizer,
+                     chunk_entries=chunk_entries)
         self.routing = routing
         self.ablation = ablation
         self.reg_weight = float(reg_weight)
