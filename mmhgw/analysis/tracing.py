@@ -1,0 +1,64 @@
+"""A detector or segmentor as a plain ``module(image)`` for tracing."""
+from typing import Tuple
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+
+def _flatten(out):
+    if torch.is_tensor(out):
+        return (out, )
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return tuple(t for item in out for t in _flatten(item))
+    return ()
+
+
+def _data_sample(scope: str, height: int, width: int):
+    meta = dict(img_shape=(height, width), ori_shape=(height, width),
+                pad_shape=(height, width),
+                batch_input_shape=(height, width), scale_factor=(1.0, 1.0))
+    if scope == 'mmdet':
+        from mmdet.structures import DetDataSample
+        return DetDataSample(metainfo=meta)
+    if scope == 'mmseg':
+        from mmseg.structures import SegDataSample
+        return SegDataSample(metainfo=meta)
+    raise ValueError(f"scope must be 'mmdet' or 'mmseg', got {scope!r}")
+
+
+class TensorModeModel(nn.Module):
+    """``model(image, [data_sample], mode='tensor')`` with the outputs
+    flattened to a tuple of tensors, as ``torch.jit`` tracing wants.
+
+    The tensor mode is the network without pre- and post-processing
+    (mmdet: backbone, neck, RPN proposals and RoI heads; mmseg: backbone and
+    decode head), the part mmdet's and mmseg's own FLOP tools count.
+
+    Args:
+        model: a built mmdet detector or mmseg segmentor.
+        scope: ``'mmdet'`` or ``'mmseg'`` (the config's ``default_scope``).
+        shape: (height, width) of the input image.
+    """
+
+    def __init__(self, model: nn.Module, scope: str, shape: Tuple[int, int]):
+        super().__init__()
+        self.model = model
+        self.data_sample = _data_sample(scope, *shape)
+
+    def forward(self, image: Tensor) -> Tuple[Tensor, ...]:
+        out = self.model(image, [self.data_sample], mode='tensor')
+        return _flatten(out)
+
+
+def check_shape(shape) -> Tuple[int, int]:
+    """``--shape`` as (height, width): one value means a square."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 1:
+        shape = shape * 2
+    if len(shape) != 2 or min(shape) < 1:
+        raise ValueError(f'shape must be one or two positive ints (H W), '
+                         f'got {shape}')
+    return shape

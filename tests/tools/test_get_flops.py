@@ -1,0 +1,48 @@
+"""tools/analysis/get_flops.py on detector and segmentor configs."""
+import os.path as osp
+import sys
+
+import pytest
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from tools.analysis.get_flops import main  # noqa: E402
+
+SEG_HGW = osp.join(ROOT, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py')
+SEG_STOCK = osp.join(ROOT, 'configs/demo/unet-s5-d16_fcn_demo-isic.py')
+DET_HGW = osp.join(ROOT,
+                   'configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py')
+NARROW = ['model.backbone.base_channels=16',
+          'model.decode_head.in_channels=16', 'model.decode_head.channels=16',
+          'model.auxiliary_head.in_channels=32',
+          'model.auxiliary_head.channels=16']
+
+
+def test_segmentor_flops_with_and_without_capsules(capsys):
+    hgw, hgw_params = main([SEG_HGW, '--shape', '32', '48', '--cfg-options',
+                            *NARROW, 'model.backbone.hgw_cfg.in_types=8',
+                            'model.backbone.hgw_cfg.out_types=8',
+                            '--table-depth', '1'])
+    out = capsys.readouterr().out
+    assert 'Input shape:  1 x 3 x 32 x 48' in out and '| model' in out
+    stock, stock_params = main([SEG_STOCK, '--shape', '32', '48',
+                                '--cfg-options', *NARROW])
+    assert 0 < hgw.hgw < hgw.total and stock.hgw == 0
+    assert hgw.elementwise > stock.elementwise
+    assert hgw_params < stock_params
+
+
+def test_detector_flops_include_rpn_and_roi_heads(capsys):
+    report, params = main([DET_HGW, '--shape', '64'])
+    out = capsys.readouterr().out
+    assert 'Input shape:  1 x 3 x 64 x 64' in out
+    assert report.hgw > 0 and params > 1e7
+    # The RoI heads (fc layers) run on the proposals: linear layers counted.
+    assert report.by_operator.get('linear', 0) > 0
+
+
+@pytest.mark.parametrize('shape', [['0', '5'], ['1', '2', '3']])
+def test_bad_shape_is_refused(shape):
+    with pytest.raises(ValueError, match='shape'):
+        main([SEG_HGW, '--shape', *shape])
