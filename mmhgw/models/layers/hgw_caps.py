@@ -9,6 +9,8 @@ from mmcv.cnn import build_conv_layer
 from mmengine.model import BaseModule
 from torch import Tensor
 
+from torch.utils.checkpoint import checkpoint
+
 from mmhgw.ot import (bound_distance, embedding_distance, gw_terms,
                       hgw_distance, hgw_value, mix_structure, safe_log)
 from mmhgw.registry import MODELS
@@ -16,6 +18,11 @@ from .aux_loss import attach_aux_loss
 
 ROUTINGS = ('hgw', 'uniform')
 ABLATIONS = (None, 'A', 'B', 'C')
+
+#: Segments of locations recomputed one at a time in backward (see
+#: ``HGWCaps._forward_recomputed``): bounds the extra memory of the
+#: recomputation to about one plan-sized tensor.
+RECOMPUTE_SEGMENTS = 8
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
 SAFE_NORM_EPS = 1e-6
@@ -112,6 +119,10 @@ class HGWCaps(BaseModule):
             ``'B'`` no regulariser E, ``'C'`` beta fixed at 1 (no observed
             structure). They override the matching arguments.
         temperature: of the activation.
+        recompute: in training, keep only the transport plan for backward
+            and recompute the differentiable rest segment by segment
+            (envelope gradients only; same values and gradients, a fraction
+            of the memory, some extra time). See docs/benchmarks.md.
         chunk_entries: plan entries per chunk of the solver's iterations
             (``'auto'``: chunked on the CPU only; see ``hgw_distance``).
         conv_cfg: config of the component convolution (default Conv2d).
@@ -141,6 +152,7 @@ class HGWCaps(BaseModule):
                  solver_regularizer: str = 'proximal',
                  ablation: Optional[str] = None,
                  temperature: float = 0.1,
+                 recompute: bool = True,
                  chunk_entries='auto',
                  conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
@@ -185,6 +197,7 @@ class HGWCaps(BaseModule):
                      regularizer=solver_regularizer,
                      chunk_entries=chunk_entries)
         self.routing = routing
+        self.recompute = bool(recompute)
         self.ablation = ablation
         self.reg_weight = float(reg_weight)
         self.temperature = float(temperature)
@@ -224,6 +237,48 @@ class HGWCaps(BaseModule):
         # The cross cost is never logged: no positivity floor needed.
         return bound_distance(sq, d, floor=0.0)
 
+    def _components(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
+        """Components X_p [B, L, V_p, d] and the output grid (H', W')."""
+        comps = self.embed(x)
+        B, _, H, W = comps.shape
+        X_p = comps.view(B, self.in_types, self.part_dim,
+                         H * W).permute(0, 3, 1, 2)
+        return X_p, (H, W)
+
+    def _structures(self, X_p: Tensor) -> dict:
+        """The problem data of Eq. 21 for components X_p [B, L, V_p, d]:
+        ``C_p`` [B, L, 1, V_p, V_p], ``C_q`` [N, V_q, V_q], ``K``
+        [B, L, N, V_p, V_q], ``beta``, and the regulariser's ``K_pp``,
+        ``obs_p``, ``K_qq``, ``obs_q``."""
+        X_q = self.subcapsules
+        K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
+        K_qq = embedding_distance(X_q, X_q)  # [N, Vq, Vq]
+        obs_p, obs_q = zipf_structure(X_p), zipf_structure(X_q)
+        beta = self.beta.to(X_p.dtype)
+        return dict(C_p=mix_structure(obs_p, K_pp, beta).unsqueeze(2),
+                    C_q=mix_structure(obs_q, K_qq, beta),
+                    K=self._cross_cost(X_p, X_q), beta=beta, K_pp=K_pp,
+                    obs_p=obs_p, K_qq=K_qq, obs_q=obs_q)
+
+    def _plan(self, s: dict):
+        """``(distance, plan)`` of the configured routing."""
+        if self.routing == 'hgw':
+            return hgw_distance(s['C_p'], s['C_q'], s['K'], beta=s['beta'],
+                                check_values=False, **self.solver_cfg)
+        K = s['K']
+        V_p, V_q = K.shape[-2:]
+        plan = K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
+        return self._value(s, plan), plan
+
+    def _value(self, s: dict, plan: Tensor) -> Tensor:
+        """HGW value at a given plan (Eq. 21, uniform marginals)."""
+        K = s['K']
+        V_p, V_q = K.shape[-2:]
+        p = K.new_full((V_p, ), 1.0 / V_p)
+        q = K.new_full((V_q, ), 1.0 / V_q)
+        return hgw_value(gw_terms(s['C_p'], s['C_q'], p, q), K, plan,
+                         s['beta'])
+
     def route(self, x: Tensor) -> dict:
         """The routing of one forward pass, for inspection and plotting.
 
@@ -233,58 +288,100 @@ class HGWCaps(BaseModule):
         V_q], the structure terms ``K_pp``, ``obs_p``, ``K_qq``, ``obs_q``
         used by the regulariser, and the output grid ``size`` (H', W').
         """
-        comps = self.embed(x)
-        B, _, H, W = comps.shape
-        V_p, V_q = self.in_types, self.num_parts
-        X_p = comps.view(B, V_p, self.part_dim, H * W).permute(0, 3, 1, 2)
-        X_q = self.subcapsules
-        K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
-        K_qq = embedding_distance(X_q, X_q)  # [N, Vq, Vq]
-        obs_p, obs_q = zipf_structure(X_p), zipf_structure(X_q)
-        beta = self.beta.to(X_p.dtype)
-        C_p = mix_structure(obs_p, K_pp, beta).unsqueeze(2)  # [B,L,1,Vp,Vp]
-        C_q = mix_structure(obs_q, K_qq, beta)
-        K = self._cross_cost(X_p, X_q)  # [B, L, N, Vp, Vq]
+        X_p, size = self._components(x)
+        s = self._structures(X_p)
+        dist, plan = self._plan(s)
+        return dict(components=X_p, distance=dist, plan=plan,
+                    K_pp=s['K_pp'], obs_p=s['obs_p'], K_qq=s['K_qq'],
+                    obs_q=s['obs_q'], size=size)
 
-        if self.routing == 'hgw':
-            dist, plan = hgw_distance(C_p, C_q, K, beta=beta,
-                                      check_values=False, **self.solver_cfg)
-        else:
-            p = K.new_full((V_p, ), 1.0 / V_p)
-            q = K.new_full((V_q, ), 1.0 / V_q)
-            plan = K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
-            dist = hgw_value(gw_terms(C_p, C_q, p, q), K, plan, beta)
-        return dict(components=X_p, distance=dist, plan=plan, K_pp=K_pp,
-                    obs_p=obs_p, K_qq=K_qq, obs_q=obs_q, size=(H, W))
+    def _capsules(self, X_p: Tensor, plan: Tensor, dist: Tensor) -> Tensor:
+        """Output capsules [B, L, N, out_dim]: barycentric poses rescaled to
+        their activations."""
+        # Columns of the plan sum to 1 / V_q, hence the factor V_q.
+        parts = self.num_parts * torch.einsum('blnpq,blpd->blnqd', plan, X_p)
+        pose = torch.einsum('blnk,nko->blno', parts.flatten(-2),
+                            self.pose_weight)
+        act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
+                        self.temperature)
+        norm = torch.sqrt(pose.pow(2).sum(-1, keepdim=True) + SAFE_NORM_EPS)
+        return act.unsqueeze(-1) * pose / norm
+
+    def _output(self, caps: Tensor, size: Tuple[int, int]) -> Tensor:
+        """Capsules [B, L, N, out_dim] to the channel-major feature map."""
+        B = caps.shape[0]
+        out = caps.permute(0, 2, 3, 1).reshape(B, self.out_channels, *size)
+        if self.bias is not None:
+            out = out + self.bias.view(1, -1, 1, 1)
+        return out
+
+    def _wants_reg(self) -> bool:
+        return (self.training and self.reg_weight > 0 and
+                torch.is_grad_enabled())
 
     def forward_terms(self, x: Tensor
                       ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
         """The output, the regulariser E (None unless training with
         ``reg_weight > 0``) and the HGW distances [B, H'*W', out_types],
         with E not yet attached to the output."""
+        if (self.recompute and torch.is_grad_enabled()
+                and self.solver_cfg['grad'] == 'envelope'):
+            return self._forward_recomputed(x)
         r = self.route(x)
         X_p, dist, plan = r['components'], r['distance'], r['plan']
-        B, (H, W) = X_p.shape[0], r['size']
-        V_q, N = self.num_parts, self.out_types
-        # Barycentric projection onto the parts: columns of the plan sum to
-        # 1 / V_q, hence the factor V_q.
-        parts = V_q * torch.einsum('blnpq,blpd->blnqd', plan, X_p)
-        pose = torch.einsum('blnk,nko->blno', parts.flatten(-2),
-                            self.pose_weight)
-        act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
-                        self.temperature)
-        norm = torch.sqrt(pose.pow(2).sum(-1, keepdim=True) + SAFE_NORM_EPS)
-        out = (act.unsqueeze(-1) * pose / norm).permute(0, 2, 3, 1).reshape(
-            B, N * self.out_dim, H, W)
-        if self.bias is not None:
-            out = out + self.bias.view(1, -1, 1, 1)
-
+        out = self._output(self._capsules(X_p, plan, dist), r['size'])
         reg = None
-        if self.training and self.reg_weight > 0 and torch.is_grad_enabled():
+        if self._wants_reg():
             reg = self.reg_weight * (
                 kl_off_diagonal(r['K_pp'], r['obs_p'].detach()) +
                 kl_off_diagonal(r['K_qq'], r['obs_q'].detach()))
         return out, reg, dist
+
+    def _forward_recomputed(self, x: Tensor
+                            ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+        """:meth:`forward_terms` keeping only the plan for backward.
+
+        The plan is solved without autograd (as the envelope gradient does
+        anyway); everything differentiable after it (structures, cross
+        cost, HGW value, poses) runs in :data:`RECOMPUTE_SEGMENTS` segments
+        of locations under ``torch.utils.checkpoint``, recomputed one
+        segment at a time in backward. Same values and gradients; memory
+        kept for backward drops from about seven plan-sized tensors per
+        layer to the plan, at the price of a second pass through the cheap
+        part of the layer.
+        """
+        X_p, size = self._components(x)
+        with torch.no_grad():
+            _, plan = self._plan(self._structures(X_p))
+        want_reg = self._wants_reg()
+
+        def segment(X_p, plan):
+            s = self._structures(X_p)
+            dist = self._value(s, plan)
+            caps = self._capsules(X_p, plan, dist)
+            if not want_reg:
+                return caps, dist
+            return caps, dist, kl_off_diagonal(s['K_pp'],
+                                               s['obs_p'].detach())
+
+        L = X_p.shape[1]
+        length = -(-L // RECOMPUTE_SEGMENTS)
+        caps, dist, kl_p = [], [], 0
+        for start in range(0, L, length):
+            stop = min(L, start + length)
+            outs = checkpoint(segment, X_p[:, start:stop],
+                              plan[:, start:stop], use_reentrant=False)
+            caps.append(outs[0])
+            dist.append(outs[1])
+            if want_reg:
+                # kl_off_diagonal averages over the segment's locations.
+                kl_p = kl_p + outs[2] * ((stop - start) / L)
+        reg = None
+        if want_reg:
+            X_q = self.subcapsules
+            reg = self.reg_weight * (kl_p + kl_off_diagonal(
+                embedding_distance(X_q, X_q), zipf_structure(X_q).detach()))
+        return self._output(torch.cat(caps, 1), size), reg, torch.cat(dist, 1)
 
     def forward(self, x: Tensor) -> Tensor:
         out, reg, dist = self.forward_terms(x)

@@ -204,3 +204,55 @@ def test_regulariser_ignores_the_diagonal():
     assert kl_off_diagonal(K, C).item() == pytest.approx(0.0, abs=1e-7)
     K[0, 1, 2] = 0.9
     assert kl_off_diagonal(K, C).item() > 0
+
+
+@pytest.mark.parametrize('routing', ['hgw', 'uniform'])
+@pytest.mark.parametrize('training', [True, False])
+def test_recomputed_backward_equals_stored_backward(routing, training):
+    """recompute=True keeps only the plan and recomputes the rest in
+    segments: identical output, regulariser, distances and gradients."""
+    x = torch.randn(2, 16, 5, 7, dtype=torch.float64)
+    results = []
+    for recompute in (False, True):
+        caps = small_caps(routing=routing, recompute=recompute).double()
+        caps.train(training)
+        xi = x.clone().requires_grad_()
+        out, reg, dist = caps.forward_terms(xi)
+        assert (reg is not None) == training
+        loss = out.pow(2).sum() + dist.sum() + (reg if training else 0)
+        loss.backward()
+        grads = [xi.grad] + [p.grad for p in caps.parameters()]
+        results.append((out, reg, dist, grads))
+    (out0, reg0, dist0, g0), (out1, reg1, dist1, g1) = results
+    torch.testing.assert_close(out1, out0, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(dist1, dist0, rtol=1e-10, atol=1e-12)
+    if training:
+        torch.testing.assert_close(reg1, reg0, rtol=1e-10, atol=1e-12)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+def test_recompute_keeps_only_the_plan_for_backward():
+    """Without recompute autograd keeps several [B, L, N, V_p, V_q] tensors
+    per layer; with it, only the plan (the checkpointed segments keep their
+    slices of it, all in one storage)."""
+    x = torch.randn(1, 16, 12, 12, requires_grad=True)
+    plan_bytes = 1 * 144 * 8 * 8 * 4 * 4  # B L N V_p V_q float32
+
+    def plan_sized_saved(recompute):
+        caps = small_caps(in_types=8, out_types=8, num_parts=4,
+                          recompute=recompute).train()
+        storages = {}
+
+        def pack(t):
+            s = t.untyped_storage()
+            storages[s.data_ptr()] = s.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = caps(x)
+        out.sum().backward()
+        return sum(n >= plan_bytes for n in storages.values())
+
+    assert plan_sized_saved(False) >= 3
+    assert plan_sized_saved(True) == 1
