@@ -23,6 +23,7 @@ import math
 from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Sequence
 
+import torch
 import torch.nn as nn
 from mmengine.analysis import FlopAnalyzer
 from mmengine.analysis.jit_handles import einsum_flop_jit, get_shape
@@ -44,7 +45,8 @@ ZERO_COST_OPS = tuple(f'aten::{name}' for name in (
     'ones_like', 'zeros_like', 'full_like', 'empty_like', 'broadcast_tensors',
     'numpy_T', 'expand_as', 'unbind', 'split', 'split_with_sizes',
     'type_as', 'to', 'clone', 'unsqueeze', 'squeeze', 'view', 'reshape',
-    'transpose', 'permute', 'contiguous', 'narrow', 'slice', 'select', 'lift_fresh',
+    'transpose', 'permute', 'contiguous', 'narrow', 'slice', 'select',
+    'lift_fresh',
     'new_ones', 'new_zeros', 'zeros', 'ones', 'stack', 'cat', 'repeat',
     'eye', 'bitwise_not', 'logical_not', 'ne', 'lt', 'le', 'gt', 'ge', 'eq',
     'masked_fill', 'index', 'gather', 'topk', 'sort', 'argmax', 'nonzero',
@@ -164,7 +166,9 @@ def flop_report(analyzer: FlopAnalyzer, model: nn.Module) -> FlopReport:
     (traces ``model`` on first use)."""
     analyzer.unsupported_ops_warnings(False)
     analyzer.uncalled_modules_warnings(False)
-    by_operator = Counter(analyzer.by_operator())
+    # Inference FLOPs: no autograd bookkeeping (nor recomputation) traced.
+    with torch.no_grad():
+        by_operator = Counter(analyzer.by_operator())
     total = float(analyzer.total())
     products = float(sum(v for k, v in by_operator.items()
                          if k in PRODUCT_OPERATORS))

@@ -1,0 +1,273 @@
+"""HGWCaps-ResNet against the stock ResNet, side by side in one run.
+
+Backbones (HGWCaps-R50/R101 vs ResNet-50/101, 224x224) and Mask R-CNN
+(HGWCaps-R50 vs R-50 FPN, 800x1333, batch 1): parameters, FLOPs with the HGW
+ops counted (:mod:`mmhgw.analysis.flops`), inference latency, training step
+time and training-step peak memory, for the capsule routing ``'hgw'``, the
+``'uniform'`` routing (no optimal transport) and the plain convolution
+(stock). Every model is measured in a fresh process of its own, one after
+the other, and ratios are taken against the stock model of the same run.
+
+Peak memory: on a CPU, the growth of the resident set (RSS high-water mark)
+over one training step, from the resident size just before it; on a GPU,
+``torch.cuda.max_memory_allocated`` over the step.
+
+    python bench/bench_models.py [--group backbones|mask-rcnn|all]
+        [--device cuda] [--repeats 3] [--no-write]
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from bench.common import (markdown_table, median_time, sync,  # noqa: E402
+                          write_section)
+
+STOCK_MRCNN = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
+HGW_MRCNN = osp.join(ROOT, 'configs/mask_rcnn/'
+                     'mask-rcnn_hgwcaps-r50_fpn_1x_coco.py')
+
+#: name -> (group, what to build). The first of each group is its baseline.
+MODELS = {
+    'ResNet-50': ('backbones', dict(depth=50)),
+    'HGWCaps-R50 (hgw)': ('backbones', dict(depth=50, routing='hgw')),
+    'HGWCaps-R50 (uniform)': ('backbones', dict(depth=50,
+                                                routing='uniform')),
+    'HGWCaps-R50 (hgw, no recompute)': ('backbones', dict(
+        depth=50, routing='hgw', recompute=False)),
+    'HGWCaps-R50 (hgw, 16 in-types)': ('backbones', dict(
+        depth=50, routing='hgw', in_types=16)),
+    'ResNet-101': ('backbones-101', dict(depth=101)),
+    'HGWCaps-R101 (hgw)': ('backbones-101', dict(depth=101, routing='hgw')),
+    'HGWCaps-R101 (uniform)': ('backbones-101', dict(depth=101,
+                                                     routing='uniform')),
+    'Mask R-CNN R-50': ('mask-rcnn', dict(config=STOCK_MRCNN)),
+    'Mask R-CNN HGWCaps-R50 (hgw)': ('mask-rcnn', dict(config=HGW_MRCNN,
+                                                       routing='hgw')),
+    'Mask R-CNN HGWCaps-R50 (hgw, no recompute)': ('mask-rcnn', dict(
+        config=HGW_MRCNN, routing='hgw', recompute=False)),
+    'Mask R-CNN HGWCaps-R50 (uniform)': ('mask-rcnn', dict(
+        config=HGW_MRCNN, routing='uniform')),
+}
+GROUPS = {
+    'backbones': ('backbones', 'backbones-101'),
+    'mask-rcnn': ('mask-rcnn', ),
+}
+
+BACKBONE_SHAPE, BACKBONE_TRAIN_BATCH = (224, 224), 2
+DETECTOR_SHAPE = (800, 1333)
+
+
+def resident_bytes():
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+
+
+def peak_resident_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def build_backbone(spec):
+    from mmengine.config import Config
+
+    import mmhgw  # noqa: F401  (registers the backbones)
+    from mmhgw.registry import DET_MODELS
+    if 'routing' not in spec:
+        cfg = dict(type='ResNet', depth=spec['depth'])
+    else:
+        hgw = Config.fromfile(
+            osp.join(ROOT, 'configs/_base_/hgwcaps.py')).hgw_cfg.to_dict()
+        hgw.update({k: spec[k] for k in ('routing', 'in_types', 'recompute')
+                    if k in spec})
+        cfg = dict(type='HGWCapsResNet', depth=spec['depth'], hgw_cfg=hgw)
+    model = DET_MODELS.build(cfg)
+    model.init_weights()
+    return model
+
+
+def build_detector(spec):
+    from mmhgw.testing import build_model_for_test, load_config_for_test
+    cfg = load_config_for_test(spec['config'])
+    for key in ('routing', 'recompute'):
+        if key in spec:
+            cfg.model.backbone.hgw_cfg[key] = spec[key]
+    return build_model_for_test(cfg, init=True)
+
+
+def detector_batch(device):
+    """One normalised 800x1333 image with three boxes and their masks."""
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+    H, W = DETECTOR_SHAPE
+    gen = torch.Generator().manual_seed(0)
+    image = torch.randn(1, 3, H, W, generator=gen).to(device)
+    boxes = torch.tensor([[100., 120., 400., 500.], [600., 50., 900., 300.],
+                          [300., 400., 1200., 780.]])
+    masks = torch.zeros(len(boxes), H, W, dtype=torch.uint8)
+    for m, (x0, y0, x1, y1) in zip(masks, boxes.int().tolist()):
+        m[y0:y1, x0:x1] = 1
+    meta = dict(img_shape=(H, W), ori_shape=(H, W), pad_shape=(H, W),
+                batch_input_shape=(H, W), scale_factor=(1.0, 1.0))
+    sample = DetDataSample(metainfo=meta)
+    sample.gt_instances = InstanceData(
+        bboxes=boxes.to(device), labels=torch.tensor([1, 2, 3]).to(device),
+        masks=BitmapMasks(masks.numpy(), H, W))
+    return image, [sample]
+
+
+def worker(name, device, repeats):
+    """Measure one model; returns a dict of plain numbers."""
+    from mmhgw.analysis import count_flops
+    from mmhgw.analysis.tracing import TensorModeModel
+    group, spec = MODELS[name]
+    torch.manual_seed(0)
+    detector = group == 'mask-rcnn'
+    model = (build_detector if detector else build_backbone)(spec).to(device)
+    params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+
+    if detector:
+        image, samples = detector_batch(device)
+
+        def loss():
+            losses = model.loss(image, samples)
+            return model.parse_losses(losses)[0]
+
+        def infer():
+            with torch.no_grad():
+                return model.predict(image, samples)
+
+        flop_model = TensorModeModel(model, 'mmdet', DETECTOR_SHAPE)
+        flop_input = image
+    else:
+        train_x = torch.randn(BACKBONE_TRAIN_BATCH, 3, *BACKBONE_SHAPE,
+                              device=device)
+        flop_input = torch.randn(1, 3, *BACKBONE_SHAPE, device=device)
+
+        def loss():
+            return sum(o.float().square().mean() for o in model(train_x))
+
+        def infer():
+            with torch.no_grad():
+                return model(flop_input)
+
+        flop_model = model
+
+    def train_step():
+        optimizer.zero_grad(set_to_none=True)
+        loss().backward()
+        optimizer.step()
+
+    model.train()
+    # Peak memory first: the process holds only the model so far.
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        train_step()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        base = resident_bytes()
+        train_step()
+        peak = peak_resident_bytes() - base
+    train_time = median_time(train_step, device, repeats, warmup=0)
+
+    model.eval()
+    infer_time = median_time(infer, device, repeats, warmup=1)
+    start = time.perf_counter()
+    flops = count_flops(flop_model, (flop_input, ))
+    sync(device)
+    return dict(name=name, group=group, params=params, flops=flops.total,
+                products=flops.products, hgw_flops=flops.hgw,
+                infer_s=infer_time, train_s=train_time, peak_bytes=peak,
+                trace_s=time.perf_counter() - start)
+
+
+def run_worker(name, device, repeats):
+    cmd = [sys.executable, osp.abspath(__file__), '--worker', name,
+           '--device', device, '--repeats', str(repeats)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith('{')]
+    if done.returncode or not lines:
+        sys.stderr.write(done.stderr[-4000:])
+        raise RuntimeError(f'measuring {name!r} failed '
+                           f'(exit {done.returncode})')
+    return json.loads(lines[-1])
+
+
+def ratio(value, base):
+    return f'{value / base:.2f}x' if base else ''
+
+
+def table(results):
+    header = ['model', 'params', 'FLOPs (all ops)', 'of which products',
+              'in HGWCaps', 'inference', 'train step', 'train peak mem']
+    rows, base = [], None
+    for r in results:
+        base = r if base is None or r['group'] != base['group'] else base
+        rows.append([
+            r['name'],
+            f"{r['params'] / 1e6:.1f}M ({ratio(r['params'], base['params'])})",
+            f"{r['flops'] / 1e9:.2f}G ({ratio(r['flops'], base['flops'])})",
+            f"{r['products'] / 1e9:.2f}G",
+            f"{r['hgw_flops'] / 1e9:.2f}G",
+            f"{r['infer_s'] * 1e3:.0f} ms "
+            f"({ratio(r['infer_s'], base['infer_s'])})",
+            f"{r['train_s'] * 1e3:.0f} ms "
+            f"({ratio(r['train_s'], base['train_s'])})",
+            f"{r['peak_bytes'] / 2**20:.0f} MiB "
+            f"({ratio(r['peak_bytes'], base['peak_bytes'])})",
+        ])
+    return markdown_table(header, rows)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--group', default='all',
+                        choices=sorted(GROUPS) + ['all'])
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--no-write', action='store_true')
+    parser.add_argument('--worker', help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error('--repeats must be >= 1')
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.device, args.repeats)))
+        return
+
+    sections = {
+        'backbones': ('models-backbones', 'HGWCaps-ResNet vs ResNet '
+                      'backbones, 224x224 (train: batch 2)'),
+        'mask-rcnn': ('models-mask-rcnn', 'Mask R-CNN HGWCaps-R50 vs R-50 '
+                      'FPN, 800x1333, batch 1'),
+    }
+    for group_name in (GROUPS if args.group == 'all' else [args.group]):
+        results = []
+        for name, (group, _) in MODELS.items():
+            if group in GROUPS[group_name]:
+                print(f'measuring {name} ...', flush=True)
+                results.append(run_worker(name, args.device, args.repeats))
+        text = table(results)
+        print(text)
+        if not args.no_write:
+            key, title = sections[group_name]
+            device = torch.device(args.device).type
+            write_section(f'{key}-{device}', f'{title} ({device})',
+                          text + f'\n\nMedian of {args.repeats} runs; '
+                          'inference and FLOPs on one image.',
+                          device=args.device)
+
+
+if __name__ == '__main__':
+    main()
