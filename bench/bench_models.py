@@ -9,8 +9,12 @@ time and training-step peak memory, for the capsule routing ``'hgw'``, the
 the other, and ratios are taken against the stock model of the same run.
 
 Peak memory: on a CPU, the growth of the resident set (RSS high-water mark)
-over one training step, from the resident size just before it; on a GPU,
-``torch.cuda.max_memory_allocated`` over the step.
+over one training step, from the resident size just before it, measured in
+a process of its own with ``MALLOC_MMAP_THRESHOLD_=65536``: glibc otherwise
+keeps freed blocks below its (dynamic, up to 32 MiB) mmap threshold in its
+heaps, and the RSS would measure the allocator's retention rather than live
+tensors (timing runs leave glibc's default, which allocates faster). On a
+GPU, ``torch.cuda.max_memory_allocated`` over the step.
 
     python bench/bench_models.py [--group backbones|mask-rcnn|all]
         [--device cuda] [--repeats 3] [--no-write]
@@ -124,7 +128,7 @@ def detector_batch(device):
     return image, [sample]
 
 
-def worker(name, device, repeats):
+def worker(name, device, repeats, measure):
     """Measure one model; returns a dict of plain numbers."""
     from mmhgw.analysis import count_flops
     from mmhgw.analysis.tracing import TensorModeModel
@@ -168,20 +172,21 @@ def worker(name, device, repeats):
         optimizer.step()
 
     model.train()
-    # Peak memory first: the process holds only the model so far.
-    if torch.device(device).type == 'cuda':
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        train_step()
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        base = resident_bytes()
-        train_step()
-        peak = peak_resident_bytes() - base
-    train_time = median_time(train_step, device, repeats, warmup=0)
+    if measure == 'memory':
+        if torch.device(device).type == 'cuda':
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            train_step()
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated() - base
+        else:
+            base = resident_bytes()
+            train_step()
+            peak = peak_resident_bytes() - base
+        return dict(name=name, peak_bytes=peak)
 
+    train_time = median_time(train_step, device, repeats, warmup=1)
     model.eval()
     infer_time = median_time(infer, device, repeats, warmup=1)
     start = time.perf_counter()
@@ -189,20 +194,30 @@ def worker(name, device, repeats):
     sync(device)
     return dict(name=name, group=group, params=params, flops=flops.total,
                 products=flops.products, hgw_flops=flops.hgw,
-                infer_s=infer_time, train_s=train_time, peak_bytes=peak,
+                infer_s=infer_time, train_s=train_time,
                 trace_s=time.perf_counter() - start)
 
 
-def run_worker(name, device, repeats):
+def run_worker(name, device, repeats, measure):
     cmd = [sys.executable, osp.abspath(__file__), '--worker', name,
-           '--device', device, '--repeats', str(repeats)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+           '--measure', measure, '--device', device, '--repeats',
+           str(repeats)]
+    env = dict(os.environ)
+    if measure == 'memory':
+        env['MALLOC_MMAP_THRESHOLD_'] = '65536'
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith('{')]
     if done.returncode or not lines:
         sys.stderr.write(done.stderr[-4000:])
-        raise RuntimeError(f'measuring {name!r} failed '
+        raise RuntimeError(f'measuring {name!r} ({measure}) failed '
                            f'(exit {done.returncode})')
     return json.loads(lines[-1])
+
+
+def measure_model(name, device, repeats):
+    result = run_worker(name, device, repeats, 'time')
+    result.update(run_worker(name, device, repeats, 'memory'))
+    return result
 
 
 def ratio(value, base):
@@ -239,11 +254,14 @@ def main():
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--no-write', action='store_true')
     parser.add_argument('--worker', help=argparse.SUPPRESS)
+    parser.add_argument('--measure', default='time',
+                        choices=['time', 'memory'], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error('--repeats must be >= 1')
     if args.worker:
-        print(json.dumps(worker(args.worker, args.device, args.repeats)))
+        print(json.dumps(worker(args.worker, args.device, args.repeats,
+                                args.measure)))
         return
 
     sections = {
@@ -257,7 +275,8 @@ def main():
         for name, (group, _) in MODELS.items():
             if group in GROUPS[group_name]:
                 print(f'measuring {name} ...', flush=True)
-                results.append(run_worker(name, args.device, args.repeats))
+                results.append(measure_model(name, args.device,
+                                             args.repeats))
         text = table(results)
         print(text)
         if not args.no_write:

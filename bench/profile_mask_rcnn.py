@@ -73,6 +73,7 @@ class Timers:
         module.register_forward_hook(lambda *_: self.stop(key))
 
     def around_function(self, owner, name, key):
+        """Time calls of ``owner.name``; returns a function restoring it."""
         fn = getattr(owner, name)
 
         def timed(*args, **kwargs):
@@ -83,6 +84,7 @@ class Timers:
                 self.stop(key)
 
         setattr(owner, name, timed)
+        return lambda: setattr(owner, name, fn)
 
 
 def by_part(config, device):
@@ -97,13 +99,16 @@ def by_part(config, device):
         if isinstance(module, HGWCaps):
             timers.around_module(module, 'capsule layers')
             timers.around_module(module.embed, 'grouped conv')
-    timers.around_function(hgw_caps, 'hgw_distance', 'solver')
-    with torch.no_grad():
-        model.predict(image, samples)  # warm-up
-        timers.total.clear()
-        timers.start('predict')
-        model.predict(image, samples)
-        timers.stop('predict')
+    restore = timers.around_function(hgw_caps, 'hgw_distance', 'solver')
+    try:
+        with torch.no_grad():
+            model.predict(image, samples)  # warm-up
+            timers.total.clear()
+            timers.start('predict')
+            model.predict(image, samples)
+            timers.stop('predict')
+    finally:
+        restore()
     t = timers.total
     parts = [
         ('HGW solver (hgw_distance)', t['solver']),
