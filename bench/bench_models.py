@@ -45,8 +45,8 @@ MODELS = {
     'HGWCaps-R50 (hgw)': ('backbones', dict(depth=50, routing='hgw')),
     'HGWCaps-R50 (uniform)': ('backbones', dict(depth=50,
                                                 routing='uniform')),
-    'HGWCaps-R50 (hgw, no recompute)': ('backbones', dict(
-        depth=50, routing='hgw', recompute=False)),
+    'HGWCaps-R50 (hgw, recompute none)': ('backbones', dict(
+        depth=50, routing='hgw', recompute='none')),
     'HGWCaps-R50 (hgw, 16 in-types)': ('backbones', dict(
         depth=50, routing='hgw', in_types=16)),
     'ResNet-101': ('backbones-101', dict(depth=101)),
@@ -56,8 +56,10 @@ MODELS = {
     'Mask R-CNN R-50': ('mask-rcnn', dict(config=STOCK_MRCNN)),
     'Mask R-CNN HGWCaps-R50 (hgw)': ('mask-rcnn', dict(config=HGW_MRCNN,
                                                        routing='hgw')),
-    'Mask R-CNN HGWCaps-R50 (hgw, no recompute)': ('mask-rcnn', dict(
-        config=HGW_MRCNN, routing='hgw', recompute=False)),
+    'Mask R-CNN HGWCaps-R50 (hgw, recompute none)': ('mask-rcnn', dict(
+        config=HGW_MRCNN, routing='hgw', recompute='none')),
+    'Mask R-CNN HGWCaps-R50 (hgw, recompute all)': ('mask-rcnn', dict(
+        config=HGW_MRCNN, routing='hgw', recompute='all')),
     'Mask R-CNN HGWCaps-R50 (uniform)': ('mask-rcnn', dict(
         config=HGW_MRCNN, routing='uniform')),
 }

@@ -17,6 +17,7 @@ from mmhgw.registry import MODELS
 from .aux_loss import attach_aux_loss
 
 ROUTINGS = ('hgw', 'uniform')
+RECOMPUTE_MODES = ('none', 'value', 'all')
 ABLATIONS = (None, 'A', 'B', 'C')
 
 #: Segments of locations recomputed one at a time in backward (see
@@ -119,10 +120,13 @@ class HGWCaps(BaseModule):
             ``'B'`` no regulariser E, ``'C'`` beta fixed at 1 (no observed
             structure). They override the matching arguments.
         temperature: of the activation.
-        recompute: in training, keep only the transport plan for backward
-            and recompute the differentiable rest segment by segment
-            (envelope gradients only; same values and gradients, a fraction
-            of the memory, some extra time). See docs/benchmarks.md.
+        recompute: what backward recomputes instead of keeping (envelope
+            gradients only; values and gradients are the same):
+            ``'value'`` keeps only the transport plan and recomputes the
+            differentiable rest segment by segment; ``'all'`` keeps nothing
+            plan-sized and also solves again in backward (least memory,
+            solver time twice); ``'none'`` keeps everything autograd saves.
+            See docs/benchmarks.md for the measured trade-off.
         chunk_entries: plan entries per chunk of the solver's iterations
             (``'auto'``: chunked on the CPU only; see ``hgw_distance``).
         conv_cfg: config of the component convolution (default Conv2d).
@@ -152,7 +156,7 @@ class HGWCaps(BaseModule):
                  solver_regularizer: str = 'proximal',
                  ablation: Optional[str] = None,
                  temperature: float = 0.1,
-                 recompute: bool = True,
+                 recompute: str = 'value',
                  chunk_entries='auto',
                  conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
@@ -174,6 +178,9 @@ class HGWCaps(BaseModule):
                              f'got {ablation!r}')
         if not 0 <= beta <= 1:
             raise ValueError(f'beta must be in [0, 1], got {beta}')
+        if recompute not in RECOMPUTE_MODES:
+            raise ValueError(f'recompute must be one of {RECOMPUTE_MODES}, '
+                             f'got {recompute!r}')
         if temperature <= 0:
             raise ValueError(f'temperature must be > 0, got {temperature}')
         if ablation == 'A':
@@ -197,7 +204,7 @@ class HGWCaps(BaseModule):
                      regularizer=solver_regularizer,
                      chunk_entries=chunk_entries)
         self.routing = routing
-        self.recompute = bool(recompute)
+        self.recompute = recompute
         self.ablation = ablation
         self.reg_weight = float(reg_weight)
         self.temperature = float(temperature)
@@ -324,7 +331,7 @@ class HGWCaps(BaseModule):
         """The output, the regulariser E (None unless training with
         ``reg_weight > 0``) and the HGW distances [B, H'*W', out_types],
         with E not yet attached to the output."""
-        if (self.recompute and torch.is_grad_enabled()
+        if (self.recompute != 'none' and torch.is_grad_enabled()
                 and self.solver_cfg['grad'] == 'envelope'):
             return self._forward_recomputed(x)
         r = self.route(x)
@@ -339,23 +346,30 @@ class HGWCaps(BaseModule):
 
     def _forward_recomputed(self, x: Tensor
                             ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
-        """:meth:`forward_terms` keeping only the plan for backward.
+        """:meth:`forward_terms` keeping (almost) nothing for backward.
 
         The plan is solved without autograd (as the envelope gradient does
         anyway); everything differentiable after it (structures, cross
         cost, HGW value, poses) runs in :data:`RECOMPUTE_SEGMENTS` segments
         of locations under ``torch.utils.checkpoint``, recomputed one
-        segment at a time in backward. Same values and gradients; memory
-        kept for backward drops from about seven plan-sized tensors per
-        layer to the plan, at the price of a second pass through the cheap
-        part of the layer.
+        segment at a time in backward. With ``recompute='value'`` the plan
+        is kept for that; with ``'all'`` each segment solves its own plan,
+        again in backward. Same values and gradients; memory kept for
+        backward drops from about seven plan-sized tensors per layer to the
+        plan (``'value'``) or to the components (``'all'``).
         """
         X_p, size = self._components(x)
-        with torch.no_grad():
-            _, plan = self._plan(self._structures(X_p))
+        keep_plan = self.recompute == 'value'
+        plan = None
+        if keep_plan:
+            with torch.no_grad():
+                _, plan = self._plan(self._structures(X_p))
         want_reg = self._wants_reg()
 
-        def segment(X_p, plan):
+        def segment(X_p, plan=None):
+            if plan is None:
+                with torch.no_grad():
+                    _, plan = self._plan(self._structures(X_p))
             s = self._structures(X_p)
             dist = self._value(s, plan)
             caps = self._capsules(X_p, plan, dist)
@@ -369,8 +383,10 @@ class HGWCaps(BaseModule):
         caps, dist, kl_p = [], [], 0
         for start in range(0, L, length):
             stop = min(L, start + length)
-            outs = checkpoint(segment, X_p[:, start:stop],
-                              plan[:, start:stop], use_reentrant=False)
+            args = (X_p[:, start:stop], )
+            if keep_plan:
+                args += (plan[:, start:stop], )
+            outs = checkpoint(segment, *args, use_reentrant=False)
             caps.append(outs[0])
             dist.append(outs[1])
             if want_reg:

@@ -206,14 +206,18 @@ def test_regulariser_ignores_the_diagonal():
     assert kl_off_diagonal(K, C).item() > 0
 
 
-@pytest.mark.parametrize('routing', ['hgw', 'uniform'])
+@pytest.mark.parametrize('routing,recompute', [('hgw', 'value'),
+                                               ('hgw', 'all'),
+                                               ('uniform', 'value')])
 @pytest.mark.parametrize('training', [True, False])
-def test_recomputed_backward_equals_stored_backward(routing, training):
-    """recompute=True keeps only the plan and recomputes the rest in
-    segments: identical output, regulariser, distances and gradients."""
+def test_recomputed_backward_equals_stored_backward(routing, recompute,
+                                                    training):
+    """recompute='value' keeps only the plan and recomputes the rest in
+    segments, 'all' solves again too: identical output, regulariser,
+    distances and gradients to keeping everything."""
     x = torch.randn(2, 16, 5, 7, dtype=torch.float64)
     results = []
-    for recompute in (False, True):
+    for recompute in ('none', recompute):
         caps = small_caps(routing=routing, recompute=recompute).double()
         caps.train(training)
         xi = x.clone().requires_grad_()
@@ -254,5 +258,11 @@ def test_recompute_keeps_only_the_plan_for_backward():
         out.sum().backward()
         return sum(n >= plan_bytes for n in storages.values())
 
-    assert plan_sized_saved(False) >= 3
-    assert plan_sized_saved(True) == 1
+    assert plan_sized_saved('none') >= 3
+    assert plan_sized_saved('value') == 1
+    assert plan_sized_saved('all') == 0
+
+
+def test_bad_recompute_mode_raises():
+    with pytest.raises(ValueError, match='recompute'):
+        small_caps(recompute=True)
