@@ -2,13 +2,13 @@
 from .hgw import (DISTANCE_FLOOR, GWTerms, HGWResult, bound_distance,
                   embedding_distance,
                   gw_apply, gw_tensor_product, gw_terms, hgw_distance,
-                  hgw_value, kl_matrix_divergence, mix_structure,
+                  hgw_plan, hgw_value, kl_matrix_divergence, mix_structure,
                   round_to_polytope, safe_log, sinkhorn_log)
 
 __all__ = [
     'DISTANCE_FLOOR', 'GWTerms', 'HGWResult', 'bound_distance',
     'embedding_distance', 'gw_apply',
-    'gw_tensor_product', 'gw_terms', 'hgw_distance', 'hgw_value',
+    'gw_tensor_product', 'gw_terms', 'hgw_distance', 'hgw_plan', 'hgw_value',
     'kl_matrix_divergence', 'mix_structure', 'round_to_polytope', 'safe_log',
     'sinkhorn_log'
 ]

@@ -434,6 +434,64 @@ def _narrow_batch(t, core: int, axis_from_end: int, start: int,
     return t.narrow(axis, start, min(length, t.shape[axis] - start))
 
 
+def _solve(C_p, C_q, K, beta, eps, outer_iters, inner_iters, loss,
+           regularizer, grad, p, q, tol, check_values, chunk_entries):
+    """Validated, dtype-promoted solve shared by :func:`hgw_distance` and
+    :func:`hgw_plan`: ``(terms, K, plan, beta)`` with the GW terms built
+    once (detached for the iterations in envelope mode)."""
+    _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
+                  loss, regularizer, grad, tol, check_values, chunk_entries)
+    V_p, V_q = C_p.shape[-1], C_q.shape[-1]
+    dtype = torch.promote_types(torch.promote_types(C_p.dtype, C_q.dtype),
+                                K.dtype)
+    C_p, C_q, K = C_p.to(dtype), C_q.to(dtype), K.to(dtype)
+    p = _uniform(V_p, K) if p is None else p.to(dtype)
+    q = _uniform(V_q, K) if q is None else q.to(dtype)
+    batch_shape = torch.broadcast_shapes(C_p.shape[:-2], C_q.shape[:-2],
+                                         K.shape[:-2], p.shape[:-1],
+                                         q.shape[:-1])
+    proximal = regularizer == 'proximal'
+
+    # The plan-independent terms are built once: iterated on (detached in
+    # envelope mode) and differentiated in the final value.
+    terms = gw_terms(C_p, C_q, p, q, loss)
+
+    if chunk_entries == 'auto':
+        chunk_entries = CPU_CHUNK_ENTRIES if K.device.type == 'cpu' else None
+    split = None if tol is not None else _chunk_split(
+        batch_shape, V_p * V_q, chunk_entries)
+
+    def solve_one(terms, K, beta, p, q, batch_shape):
+        T = _proximal_iterations(terms, K, beta, p, q, eps, outer_iters,
+                                 inner_iters, proximal, tol, batch_shape)
+        return round_to_polytope(T, p, q)
+
+    def solve(terms, K, beta):
+        if split is None:
+            return solve_one(terms, K, beta, p, q, batch_shape)
+        axis, length = split
+        from_end = axis - len(batch_shape)
+        plans = []
+        for start in range(0, batch_shape[axis], length):
+            def cut(t, core):
+                return _narrow_batch(t, core, from_end, start, length)
+
+            shape = list(batch_shape)
+            shape[axis] = min(length, batch_shape[axis] - start)
+            plans.append(solve_one(
+                GWTerms(*(cut(t, 2) for t in terms)), cut(K, 2),
+                cut(beta, 2), cut(p, 1), cut(q, 1), torch.Size(shape)))
+        return torch.cat(plans, dim=from_end - 2)
+
+    if grad == 'unroll':
+        T = solve(terms, K, beta)
+    else:
+        with torch.no_grad():
+            T = solve(GWTerms(*(t.detach() for t in terms)), K.detach(),
+                      beta.detach() if torch.is_tensor(beta) else beta)
+    return terms, K, T, beta
+
+
 def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
                  beta: Union[float, Tensor], eps: float = 1e-3,
                  outer_iters: int, inner_iters: int, loss: str = 'kl',
@@ -505,57 +563,24 @@ def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
         :class:`HGWResult` with ``distance`` [...] and ``plan``
         [..., V_p, V_q]; the plan is detached in envelope mode.
     """
-    _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
-                  loss, regularizer, grad, tol, check_values, chunk_entries)
-    V_p, V_q = C_p.shape[-1], C_q.shape[-1]
-    dtype = torch.promote_types(torch.promote_types(C_p.dtype, C_q.dtype),
-                                K.dtype)
-    C_p, C_q, K = C_p.to(dtype), C_q.to(dtype), K.to(dtype)
-    p = _uniform(V_p, K) if p is None else p.to(dtype)
-    q = _uniform(V_q, K) if q is None else q.to(dtype)
-    batch_shape = torch.broadcast_shapes(C_p.shape[:-2], C_q.shape[:-2],
-                                         K.shape[:-2], p.shape[:-1],
-                                         q.shape[:-1])
-    proximal = regularizer == 'proximal'
-
-    # The plan-independent terms are built once: iterated on (detached in
-    # envelope mode) and differentiated in the final value.
-    terms = gw_terms(C_p, C_q, p, q, loss)
-
-    if chunk_entries == 'auto':
-        chunk_entries = CPU_CHUNK_ENTRIES if K.device.type == 'cpu' else None
-    split = None if tol is not None else _chunk_split(
-        batch_shape, V_p * V_q, chunk_entries)
-
-    def solve_one(terms, K, beta, p, q, batch_shape):
-        T = _proximal_iterations(terms, K, beta, p, q, eps, outer_iters,
-                                 inner_iters, proximal, tol, batch_shape)
-        return round_to_polytope(T, p, q)
-
-    def solve(terms, K, beta):
-        if split is None:
-            return solve_one(terms, K, beta, p, q, batch_shape)
-        axis, length = split
-        from_end = axis - len(batch_shape)
-        plans = []
-        for start in range(0, batch_shape[axis], length):
-            def cut(t, core):
-                return _narrow_batch(t, core, from_end, start, length)
-
-            shape = list(batch_shape)
-            shape[axis] = min(length, batch_shape[axis] - start)
-            plans.append(solve_one(
-                GWTerms(*(cut(t, 2) for t in terms)), cut(K, 2),
-                cut(beta, 2), cut(p, 1), cut(q, 1), torch.Size(shape)))
-        return torch.cat(plans, dim=from_end - 2)
-
-    if grad == 'unroll':
-        T = solve(terms, K, beta)
-    else:
-        with torch.no_grad():
-            T = solve(GWTerms(*(t.detach() for t in terms)), K.detach(),
-                      beta.detach() if torch.is_tensor(beta) else beta)
+    terms, K, T, beta = _solve(C_p, C_q, K, beta, eps, outer_iters,
+                               inner_iters, loss, regularizer, grad, p, q,
+                               tol, check_values, chunk_entries)
     return HGWResult(hgw_value(terms, K, T, beta), T)
+
+
+def hgw_plan(C_p: Tensor, C_q: Tensor, K: Tensor, *,
+             beta: Union[float, Tensor], eps: float = 1e-3,
+             outer_iters: int, inner_iters: int, loss: str = 'kl',
+             regularizer: str = 'proximal', grad: str = 'envelope',
+             p: Optional[Tensor] = None, q: Optional[Tensor] = None,
+             tol: Optional[float] = None, check_values: bool = True,
+             chunk_entries: Union[int, str, None] = 'auto') -> Tensor:
+    """The plan of :func:`hgw_distance` (same arguments) without the
+    distance, for callers that evaluate the value themselves."""
+    return _solve(C_p, C_q, K, beta, eps, outer_iters, inner_iters, loss,
+                  regularizer, grad, p, q, tol, check_values,
+                  chunk_entries)[2]
 
 
 def mix_structure(C_obs: Tensor, C_emb: Tensor,

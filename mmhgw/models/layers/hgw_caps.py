@@ -8,11 +8,11 @@ import torch.nn as nn
 from mmcv.cnn import build_conv_layer
 from mmengine.model import BaseModule
 from torch import Tensor
-
 from torch.utils.checkpoint import checkpoint
 
 from mmhgw.ot import (bound_distance, embedding_distance, gw_terms,
-                      hgw_distance, hgw_value, mix_structure, safe_log)
+                      hgw_distance, hgw_plan, hgw_value, mix_structure,
+                      safe_log)
 from mmhgw.registry import MODELS
 from .aux_loss import attach_aux_loss
 
@@ -267,15 +267,14 @@ class HGWCaps(BaseModule):
                     K=self._cross_cost(X_p, X_q), beta=beta, K_pp=K_pp,
                     obs_p=obs_p, K_qq=K_qq, obs_q=obs_q)
 
-    def _plan(self, s: dict):
-        """``(distance, plan)`` of the configured routing."""
+    def _transport_plan(self, s: dict) -> Tensor:
+        """The plan of the configured routing (no value computed)."""
         if self.routing == 'hgw':
-            return hgw_distance(s['C_p'], s['C_q'], s['K'], beta=s['beta'],
-                                check_values=False, **self.solver_cfg)
+            return hgw_plan(s['C_p'], s['C_q'], s['K'], beta=s['beta'],
+                            check_values=False, **self.solver_cfg)
         K = s['K']
         V_p, V_q = K.shape[-2:]
-        plan = K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
-        return self._value(s, plan), plan
+        return K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
 
     def _value(self, s: dict, plan: Tensor) -> Tensor:
         """HGW value at a given plan (Eq. 21, uniform marginals)."""
@@ -297,7 +296,13 @@ class HGWCaps(BaseModule):
         """
         X_p, size = self._components(x)
         s = self._structures(X_p)
-        dist, plan = self._plan(s)
+        if self.routing == 'hgw':
+            dist, plan = hgw_distance(s['C_p'], s['C_q'], s['K'],
+                                      beta=s['beta'], check_values=False,
+                                      **self.solver_cfg)
+        else:
+            plan = self._transport_plan(s)
+            dist = self._value(s, plan)
         return dict(components=X_p, distance=dist, plan=plan,
                     K_pp=s['K_pp'], obs_p=s['obs_p'], K_qq=s['K_qq'],
                     obs_q=s['obs_q'], size=size)
@@ -363,13 +368,13 @@ class HGWCaps(BaseModule):
         plan = None
         if keep_plan:
             with torch.no_grad():
-                _, plan = self._plan(self._structures(X_p))
+                plan = self._transport_plan(self._structures(X_p))
         want_reg = self._wants_reg()
 
         def segment(X_p, plan=None):
             if plan is None:
                 with torch.no_grad():
-                    _, plan = self._plan(self._structures(X_p))
+                    plan = self._transport_plan(self._structures(X_p))
             s = self._structures(X_p)
             dist = self._value(s, plan)
             caps = self._capsules(X_p, plan, dist)
