@@ -1,5 +1,7 @@
 """Packaging for mmhgw, the HGWCaps plugin for MMDetection and MMSegmentation."""
+import os
 import os.path as osp
+import warnings
 
 from setuptools import find_packages, setup
 
@@ -20,6 +22,42 @@ def read_version():
     return scope['__version__']
 
 
+def cpu_extensions():
+    """The fused HGW routing op for the CPU (``mmhgw._ext``).
+
+    Optional: without torch at build time or without a C++ compiler the
+    package installs without it, and the op falls back to its torch
+    reference with a warning. ``MMHGW_NO_EXT=1`` skips it on purpose.
+    """
+    if os.environ.get('MMHGW_NO_EXT') == '1':
+        return [], {}
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
+    except ImportError:
+        warnings.warn('torch is not importable at build time: mmhgw is '
+                      'installed without its C++ extension')
+        return [], {}
+
+    class OptionalBuildExtension(BuildExtension):
+        def run(self):
+            try:
+                super().run()
+            except Exception as err:  # a missing compiler, a failed build
+                warnings.warn(f'mmhgw: building the C++ extension failed '
+                              f'({err}); the fused routing op will fall '
+                              f'back to its torch reference')
+
+    ext = CppExtension(
+        'mmhgw._ext', ['mmhgw/ops/csrc/hgw_routing_cpu.cpp'],
+        depends=['mmhgw/ops/csrc/hgw_routing_kernel.h'],
+        # -march=native: the extension is built on the machine that runs
+        # it (pip install -e .); its loops are written to auto-vectorise.
+        extra_compile_args=['-O3', '-march=native'])
+    return [ext], dict(build_ext=OptionalBuildExtension)
+
+
+ext_modules, cmdclass = cpu_extensions()
+
 setup(
     name='mmhgw',
     version=read_version(),
@@ -32,6 +70,8 @@ setup(
     install_requires=(read_requirements('torch') + read_requirements('mmcv') +
                       read_requirements('runtime')),
     extras_require=dict(tests=read_requirements('tests')),
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
     license='Apache License 2.0',
     zip_safe=False,
 )

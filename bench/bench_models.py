@@ -45,8 +45,8 @@ MODELS = {
     'HGWCaps-R50 (hgw)': ('backbones', dict(depth=50, routing='hgw')),
     'HGWCaps-R50 (uniform)': ('backbones', dict(depth=50,
                                                 routing='uniform')),
-    'HGWCaps-R50 (hgw, recompute none)': ('backbones', dict(
-        depth=50, routing='hgw', recompute='none')),
+    'HGWCaps-R50 (hgw, torch reference)': ('backbones', dict(
+        depth=50, routing='hgw', backend='torch')),
     'HGWCaps-R50 (hgw, 16 in-types)': ('backbones', dict(
         depth=50, routing='hgw', in_types=16)),
     'ResNet-101': ('backbones-101', dict(depth=101)),
@@ -56,10 +56,8 @@ MODELS = {
     'Mask R-CNN R-50': ('mask-rcnn', dict(config=STOCK_MRCNN)),
     'Mask R-CNN HGWCaps-R50 (hgw)': ('mask-rcnn', dict(config=HGW_MRCNN,
                                                        routing='hgw')),
-    'Mask R-CNN HGWCaps-R50 (hgw, recompute none)': ('mask-rcnn', dict(
-        config=HGW_MRCNN, routing='hgw', recompute='none')),
-    'Mask R-CNN HGWCaps-R50 (hgw, recompute all)': ('mask-rcnn', dict(
-        config=HGW_MRCNN, routing='hgw', recompute='all')),
+    'Mask R-CNN HGWCaps-R50 (hgw, torch reference)': ('mask-rcnn', dict(
+        config=HGW_MRCNN, routing='hgw', backend='torch')),
     'Mask R-CNN HGWCaps-R50 (uniform)': ('mask-rcnn', dict(
         config=HGW_MRCNN, routing='uniform')),
 }
@@ -91,7 +89,7 @@ def build_backbone(spec):
     else:
         hgw = Config.fromfile(
             osp.join(ROOT, 'configs/_base_/hgwcaps.py')).hgw_cfg.to_dict()
-        hgw.update({k: spec[k] for k in ('routing', 'in_types', 'recompute')
+        hgw.update({k: spec[k] for k in ('routing', 'in_types', 'backend')
                     if k in spec})
         cfg = dict(type='HGWCapsResNet', depth=spec['depth'], hgw_cfg=hgw)
     model = DET_MODELS.build(cfg)
@@ -102,7 +100,7 @@ def build_backbone(spec):
 def build_detector(spec):
     from mmhgw.testing import build_model_for_test, load_config_for_test
     cfg = load_config_for_test(spec['config'])
-    for key in ('routing', 'recompute'):
+    for key in ('routing', 'backend'):
         if key in spec:
             cfg.model.backbone.hgw_cfg[key] = spec[key]
     return build_model_for_test(cfg, init=True)

@@ -92,9 +92,9 @@ class GWTerms(NamedTuple):
     h2t: Tensor
 
 
-def gw_terms(C_p: Tensor, C_q: Tensor, p: Tensor, q: Tensor,
-             loss: str = 'kl') -> GWTerms:
-    """The parts of the GW tensor product that do not depend on the plan.
+def gw_factors(C_p: Tensor, C_q: Tensor, p: Tensor, q: Tensor,
+               loss: str = 'kl') -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The plan-independent factors of the GW tensor product (Eq. 10).
 
     Loss decompositions ``L(a, b) = f1(a) + f2(b) - h1(a) h2(b)``:
 
@@ -108,6 +108,12 @@ def gw_terms(C_p: Tensor, C_q: Tensor, p: Tensor, q: Tensor,
         C_p: [..., V_p, V_p]. C_q: [..., V_q, V_q].
         p: [..., V_p] source marginal. q: [..., V_q] target marginal.
         loss: ``'kl'`` or ``'square'``.
+
+    Returns:
+        ``(row, col, h1, h2)``: ``row = f1(C_p) p`` [..., V_p],
+        ``col = f2(C_q) q`` [..., V_q], ``h1 = h1(C_p)`` [..., V_p, V_p] and
+        ``h2 = h2(C_q)`` [..., V_q, V_q], so that
+        ``L (x) T = row 1^T + 1 col^T - h1 T h2^T``.
     """
     if loss == 'kl':
         f1 = C_p * torch.log(C_p) - C_p
@@ -119,9 +125,18 @@ def gw_terms(C_p: Tensor, C_q: Tensor, p: Tensor, q: Tensor,
         h2 = 2 * C_q
     else:
         raise ValueError(f'loss must be one of {LOSSES}, got {loss!r}')
-    row = (f1 @ p.unsqueeze(-1))                    # [..., V_p, 1]
-    col = (f2 @ q.unsqueeze(-1)).transpose(-1, -2)  # [..., 1, V_q]
-    return GWTerms(row + col, C_p, h2.transpose(-1, -2))
+    row = (f1 @ p.unsqueeze(-1)).squeeze(-1)
+    col = (f2 @ q.unsqueeze(-1)).squeeze(-1)
+    return row, col, C_p, h2
+
+
+def gw_terms(C_p: Tensor, C_q: Tensor, p: Tensor, q: Tensor,
+             loss: str = 'kl') -> GWTerms:
+    """:class:`GWTerms` of :func:`gw_factors` (same arguments), with the
+    constant expanded to [..., V_p, V_q]."""
+    row, col, h1, h2 = gw_factors(C_p, C_q, p, q, loss)
+    return GWTerms(row.unsqueeze(-1) + col.unsqueeze(-2), h1,
+                   h2.transpose(-1, -2))
 
 
 def gw_apply(terms: GWTerms, T: Tensor) -> Tensor:
@@ -434,6 +449,49 @@ def _narrow_batch(t, core: int, axis_from_end: int, start: int,
     return t.narrow(axis, start, min(length, t.shape[axis] - start))
 
 
+def plan_from_terms(terms: GWTerms, K: Tensor, beta: Union[float, Tensor],
+                    p: Tensor, q: Tensor, *, eps: float, outer_iters: int,
+                    inner_iters: int, regularizer: str = 'proximal',
+                    tol: Optional[float] = None,
+                    chunk_entries: Union[int, str, None] = 'auto') -> Tensor:
+    """The rounded plan of Algorithm 1 from prepared :class:`GWTerms`.
+
+    Differentiable through the iterations when its inputs require grad
+    (``grad='unroll'``); callers wanting the envelope gradient pass detached
+    inputs. Options as :func:`hgw_distance`; inputs are not validated.
+    """
+    V_p, V_q = K.shape[-2:]
+    batch_shape = torch.broadcast_shapes(
+        terms.const.shape[:-2], terms.h1.shape[:-2], terms.h2t.shape[:-2],
+        K.shape[:-2], p.shape[:-1], q.shape[:-1])
+    proximal = regularizer == 'proximal'
+    if chunk_entries == 'auto':
+        chunk_entries = CPU_CHUNK_ENTRIES if K.device.type == 'cpu' else None
+    split = None if tol is not None else _chunk_split(
+        batch_shape, V_p * V_q, chunk_entries)
+
+    def solve_one(terms, K, beta, p, q, batch_shape):
+        T = _proximal_iterations(terms, K, beta, p, q, eps, outer_iters,
+                                 inner_iters, proximal, tol, batch_shape)
+        return round_to_polytope(T, p, q)
+
+    if split is None:
+        return solve_one(terms, K, beta, p, q, batch_shape)
+    axis, length = split
+    from_end = axis - len(batch_shape)
+    plans = []
+    for start in range(0, batch_shape[axis], length):
+        def cut(t, core):
+            return _narrow_batch(t, core, from_end, start, length)
+
+        shape = list(batch_shape)
+        shape[axis] = min(length, batch_shape[axis] - start)
+        plans.append(solve_one(
+            GWTerms(*(cut(t, 2) for t in terms)), cut(K, 2), cut(beta, 2),
+            cut(p, 1), cut(q, 1), torch.Size(shape)))
+    return torch.cat(plans, dim=from_end - 2)
+
+
 def _solve(C_p, C_q, K, beta, eps, outer_iters, inner_iters, loss,
            regularizer, grad, p, q, tol, check_values, chunk_entries):
     """Validated, dtype-promoted solve shared by :func:`hgw_distance` and
@@ -447,48 +505,20 @@ def _solve(C_p, C_q, K, beta, eps, outer_iters, inner_iters, loss,
     C_p, C_q, K = C_p.to(dtype), C_q.to(dtype), K.to(dtype)
     p = _uniform(V_p, K) if p is None else p.to(dtype)
     q = _uniform(V_q, K) if q is None else q.to(dtype)
-    batch_shape = torch.broadcast_shapes(C_p.shape[:-2], C_q.shape[:-2],
-                                         K.shape[:-2], p.shape[:-1],
-                                         q.shape[:-1])
-    proximal = regularizer == 'proximal'
-
     # The plan-independent terms are built once: iterated on (detached in
     # envelope mode) and differentiated in the final value.
     terms = gw_terms(C_p, C_q, p, q, loss)
-
-    if chunk_entries == 'auto':
-        chunk_entries = CPU_CHUNK_ENTRIES if K.device.type == 'cpu' else None
-    split = None if tol is not None else _chunk_split(
-        batch_shape, V_p * V_q, chunk_entries)
-
-    def solve_one(terms, K, beta, p, q, batch_shape):
-        T = _proximal_iterations(terms, K, beta, p, q, eps, outer_iters,
-                                 inner_iters, proximal, tol, batch_shape)
-        return round_to_polytope(T, p, q)
-
-    def solve(terms, K, beta):
-        if split is None:
-            return solve_one(terms, K, beta, p, q, batch_shape)
-        axis, length = split
-        from_end = axis - len(batch_shape)
-        plans = []
-        for start in range(0, batch_shape[axis], length):
-            def cut(t, core):
-                return _narrow_batch(t, core, from_end, start, length)
-
-            shape = list(batch_shape)
-            shape[axis] = min(length, batch_shape[axis] - start)
-            plans.append(solve_one(
-                GWTerms(*(cut(t, 2) for t in terms)), cut(K, 2),
-                cut(beta, 2), cut(p, 1), cut(q, 1), torch.Size(shape)))
-        return torch.cat(plans, dim=from_end - 2)
-
+    options = dict(eps=eps, outer_iters=outer_iters, inner_iters=inner_iters,
+                   regularizer=regularizer, tol=tol,
+                   chunk_entries=chunk_entries)
     if grad == 'unroll':
-        T = solve(terms, K, beta)
+        T = plan_from_terms(terms, K, beta, p, q, **options)
     else:
         with torch.no_grad():
-            T = solve(GWTerms(*(t.detach() for t in terms)), K.detach(),
-                      beta.detach() if torch.is_tensor(beta) else beta)
+            T = plan_from_terms(
+                GWTerms(*(t.detach() for t in terms)), K.detach(),
+                beta.detach() if torch.is_tensor(beta) else beta, p, q,
+                **options)
     return terms, K, T, beta
 
 

@@ -69,12 +69,3 @@ def test_each_proximal_step_adds_the_same_work():
     assert totals[1] > totals[0]
     uniform = count_flops(small_layer(routing='uniform'), (x, )).total
     assert uniform < totals[0]
-
-
-def test_chunked_solve_counts_about_the_same_as_one_solve():
-    """Chunks repeat only the per-chunk set-up (logs of the marginals)."""
-    x = torch.randn(1, 32, 6, 6)
-    whole = count_flops(small_layer(chunk_entries=None), (x, ))
-    chunked = count_flops(small_layer(chunk_entries=500), (x, ))
-    assert chunked.products == whole.products
-    assert chunked.total == pytest.approx(whole.total, rel=0.01)

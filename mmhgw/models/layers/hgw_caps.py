@@ -8,22 +8,15 @@ import torch.nn as nn
 from mmcv.cnn import build_conv_layer
 from mmengine.model import BaseModule
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
-from mmhgw.ot import (bound_distance, embedding_distance, gw_terms,
-                      hgw_distance, hgw_plan, hgw_value, mix_structure,
-                      safe_log)
+from mmhgw.ops import BACKENDS, cross_cost, hgw_routing
+from mmhgw.ot import (embedding_distance, gw_factors, gw_terms, hgw_distance,
+                      hgw_value, mix_structure, safe_log)
 from mmhgw.registry import MODELS
 from .aux_loss import attach_aux_loss
 
 ROUTINGS = ('hgw', 'uniform')
-RECOMPUTE_MODES = ('none', 'value', 'all')
 ABLATIONS = (None, 'A', 'B', 'C')
-
-#: Segments of locations recomputed one at a time in backward (see
-#: ``HGWCaps._forward_recomputed``): bounds the extra memory of the
-#: recomputation to about one plan-sized tensor.
-RECOMPUTE_SEGMENTS = 8
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
 SAFE_NORM_EPS = 1e-6
@@ -83,8 +76,10 @@ class HGWCaps(BaseModule):
     3. Structure ``C = (1 - beta) C_obs + beta K(X, X)`` per domain (Eq. 21),
        ``C_obs`` by :func:`zipf_structure` (Eq. 18), cross cost
        ``K(X_p, X_q[n])`` by the bounded distance of
-       :func:`mmhgw.ot.embedding_distance`; the HGW distance and plan
-       (Eq. 24-25) come from :func:`mmhgw.ot.hgw_distance`.
+       :func:`mmhgw.ot.embedding_distance`; the HGW distance and the
+       barycentric parts (Eq. 24-25) come from the fused op
+       :func:`mmhgw.ops.hgw_routing`, which never stores the
+       ``B x L x N x V_p x V_q`` plans and solves them again in backward.
     4. Activation ``a_n = exp(-(d_n - min_m d_m) / temperature)`` in
        ``(0, 1]``: a soft version of the paper's routing to the minimal
        distance; the best-aligned type has activation 1.
@@ -120,15 +115,12 @@ class HGWCaps(BaseModule):
             ``'B'`` no regulariser E, ``'C'`` beta fixed at 1 (no observed
             structure). They override the matching arguments.
         temperature: of the activation.
-        recompute: what backward recomputes instead of keeping (envelope
-            gradients only; values and gradients are the same):
-            ``'value'`` keeps only the transport plan and recomputes the
-            differentiable rest segment by segment; ``'all'`` keeps nothing
-            plan-sized and also solves again in backward (least memory,
-            solver time twice); ``'none'`` keeps everything autograd saves.
-            See docs/benchmarks.md for the measured trade-off.
-        chunk_entries: plan entries per chunk of the solver's iterations
-            (``'auto'``: chunked on the CPU only; see ``hgw_distance``).
+        backend: kernels of the routing op (envelope gradients):
+            ``'auto'`` (C++ on the CPU, Triton on CUDA, else the torch
+            reference with a warning), ``'cpp'``, ``'triton'`` or
+            ``'torch'``; see :func:`mmhgw.ops.hgw_routing`. With
+            ``grad='unroll'`` the layer differentiates through the torch
+            solver's iterations instead.
         conv_cfg: config of the component convolution (default Conv2d).
         init_cfg: mmengine initialisation config.
     """
@@ -156,8 +148,7 @@ class HGWCaps(BaseModule):
                  solver_regularizer: str = 'proximal',
                  ablation: Optional[str] = None,
                  temperature: float = 0.1,
-                 recompute: str = 'value',
-                 chunk_entries='auto',
+                 backend: str = 'auto',
                  conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
@@ -178,9 +169,9 @@ class HGWCaps(BaseModule):
                              f'got {ablation!r}')
         if not 0 <= beta <= 1:
             raise ValueError(f'beta must be in [0, 1], got {beta}')
-        if recompute not in RECOMPUTE_MODES:
-            raise ValueError(f'recompute must be one of {RECOMPUTE_MODES}, '
-                             f'got {recompute!r}')
+        if backend not in BACKENDS:
+            raise ValueError(f'backend must be one of {BACKENDS}, '
+                             f'got {backend!r}')
         if temperature <= 0:
             raise ValueError(f'temperature must be > 0, got {temperature}')
         if ablation == 'A':
@@ -195,16 +186,14 @@ class HGWCaps(BaseModule):
         self.num_parts, self.part_dim = num_parts, part_dim
         self.solver_cfg = dict(eps=eps, outer_iters=outer_iters,
                                inner_iters=inner_iters, grad=grad,
-                               regularizer=solver_regularizer,
-                               chunk_entries=chunk_entries)
+                               regularizer=solver_regularizer)
         # Fail at build time, not at the first forward.
         probe = torch.ones(1, 2, 2)
         hgw_distance(probe, probe, probe, beta=0.0, outer_iters=outer_iters,
                      inner_iters=inner_iters, eps=eps, grad=grad,
-                     regularizer=solver_regularizer,
-                     chunk_entries=chunk_entries)
+                     regularizer=solver_regularizer)
         self.routing = routing
-        self.recompute = recompute
+        self.backend = backend
         self.ablation = ablation
         self.reg_weight = float(reg_weight)
         self.temperature = float(temperature)
@@ -233,17 +222,6 @@ class HGWCaps(BaseModule):
                 f'parts={self.num_parts}x{self.part_dim}, '
                 f'routing={self.routing}, ablation={self.ablation}')
 
-    def _cross_cost(self, X_p: Tensor, X_q: Tensor) -> Tensor:
-        """``K(X_p, X_q[n])`` [B, L, N, V_p, V_q] by one matrix product."""
-        B, L, V_p, d = X_p.shape
-        N, V_q, _ = X_q.shape
-        dot = (X_p.reshape(-1, d) @ X_q.reshape(-1, d).T).view(
-            B, L, V_p, N, V_q).transpose(2, 3)
-        sq = (X_p.pow(2).sum(-1).view(B, L, 1, V_p, 1) +
-              X_q.pow(2).sum(-1).view(1, 1, N, 1, V_q) - 2 * dot)
-        # The cross cost is never logged: no positivity floor needed.
-        return bound_distance(sq, d, floor=0.0)
-
     def _components(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
         """Components X_p [B, L, V_p, d] and the output grid (H', W')."""
         comps = self.embed(x)
@@ -253,37 +231,60 @@ class HGWCaps(BaseModule):
         return X_p, (H, W)
 
     def _structures(self, X_p: Tensor) -> dict:
-        """The problem data of Eq. 21 for components X_p [B, L, V_p, d]:
-        ``C_p`` [B, L, 1, V_p, V_p], ``C_q`` [N, V_q, V_q], ``K``
-        [B, L, N, V_p, V_q], ``beta``, and the regulariser's ``K_pp``,
-        ``obs_p``, ``K_qq``, ``obs_q``."""
+        """The structures of Eq. 21 for components X_p [B, L, V_p, d]:
+        ``C_p`` [B, L, V_p, V_p], ``C_q`` [N, V_q, V_q], ``beta``, and the
+        regulariser's ``K_pp``, ``obs_p``, ``K_qq``, ``obs_q``."""
         X_q = self.subcapsules
         K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
         K_qq = embedding_distance(X_q, X_q)  # [N, Vq, Vq]
         obs_p, obs_q = zipf_structure(X_p), zipf_structure(X_q)
         beta = self.beta.to(X_p.dtype)
-        return dict(C_p=mix_structure(obs_p, K_pp, beta).unsqueeze(2),
-                    C_q=mix_structure(obs_q, K_qq, beta),
-                    K=self._cross_cost(X_p, X_q), beta=beta, K_pp=K_pp,
-                    obs_p=obs_p, K_qq=K_qq, obs_q=obs_q)
+        return dict(C_p=mix_structure(obs_p, K_pp, beta),
+                    C_q=mix_structure(obs_q, K_qq, beta), beta=beta,
+                    K_pp=K_pp, obs_p=obs_p, K_qq=K_qq, obs_q=obs_q)
 
-    def _transport_plan(self, s: dict) -> Tensor:
-        """The plan of the configured routing (no value computed)."""
+    def _cross_cost(self, X_p: Tensor) -> Tensor:
+        """``K(X_p, X_q[n])`` [B, L, N, V_p, V_q] (for :meth:`route` and the
+        unrolled path; the fused op computes it per location)."""
+        B, L, V_p, d = X_p.shape
+        K = cross_cost(X_p.reshape(B * L, V_p, d), self.subcapsules)
+        return K.view(B, L, *K.shape[1:])
+
+    def _solve(self, X_p: Tensor, s: dict, with_plan: bool = False):
+        """``(distance [B, L, N], parts [B, L, N, V_q, d], plan or None)``.
+
+        Envelope gradients go through the fused op; ``grad='unroll'`` and
+        ``with_plan`` (inspection) through the torch solver on full
+        tensors.
+        """
+        V_q = self.num_parts
+        if self.solver_cfg['grad'] == 'envelope' and not with_plan:
+            p = X_p.new_full((self.in_types, ), 1.0 / self.in_types)
+            q = X_p.new_full((V_q, ), 1.0 / V_q)
+            row, col, h1, h2 = gw_factors(s['C_p'], s['C_q'], p, q)
+            cfg = self.solver_cfg
+            dist, parts = hgw_routing(
+                X_p, self.subcapsules, h1, h2, row, col, s['beta'],
+                eps=cfg['eps'], outer_iters=cfg['outer_iters'],
+                inner_iters=cfg['inner_iters'],
+                regularizer=cfg['regularizer'], routing=self.routing,
+                backend=self.backend)
+            return dist, parts, None
+        K = self._cross_cost(X_p)
+        C_p = s['C_p'].unsqueeze(2)
         if self.routing == 'hgw':
-            return hgw_plan(s['C_p'], s['C_q'], s['K'], beta=s['beta'],
-                            check_values=False, **self.solver_cfg)
-        K = s['K']
-        V_p, V_q = K.shape[-2:]
-        return K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
-
-    def _value(self, s: dict, plan: Tensor) -> Tensor:
-        """HGW value at a given plan (Eq. 21, uniform marginals)."""
-        K = s['K']
-        V_p, V_q = K.shape[-2:]
-        p = K.new_full((V_p, ), 1.0 / V_p)
-        q = K.new_full((V_q, ), 1.0 / V_q)
-        return hgw_value(gw_terms(s['C_p'], s['C_q'], p, q), K, plan,
-                         s['beta'])
+            dist, plan = hgw_distance(C_p, s['C_q'], K, beta=s['beta'],
+                                      check_values=False, **self.solver_cfg)
+        else:
+            V_p = self.in_types
+            plan = K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
+            p = K.new_full((V_p, ), 1.0 / V_p)
+            q = K.new_full((V_q, ), 1.0 / V_q)
+            dist = hgw_value(gw_terms(C_p, s['C_q'], p, q), K, plan,
+                             s['beta'])
+        # Columns of the plan sum to 1 / V_q, hence the factor V_q.
+        parts = V_q * torch.einsum('blnpq,blpd->blnqd', plan, X_p)
+        return dist, parts, plan
 
     def route(self, x: Tensor) -> dict:
         """The routing of one forward pass, for inspection and plotting.
@@ -293,25 +294,18 @@ class HGWCaps(BaseModule):
         every output type's subcapsule), ``plan`` [B, L, out_types, V_p,
         V_q], the structure terms ``K_pp``, ``obs_p``, ``K_qq``, ``obs_q``
         used by the regulariser, and the output grid ``size`` (H', W').
+        Plans are materialised: meant for a few images.
         """
         X_p, size = self._components(x)
         s = self._structures(X_p)
-        if self.routing == 'hgw':
-            dist, plan = hgw_distance(s['C_p'], s['C_q'], s['K'],
-                                      beta=s['beta'], check_values=False,
-                                      **self.solver_cfg)
-        else:
-            plan = self._transport_plan(s)
-            dist = self._value(s, plan)
+        dist, _, plan = self._solve(X_p, s, with_plan=True)
         return dict(components=X_p, distance=dist, plan=plan,
                     K_pp=s['K_pp'], obs_p=s['obs_p'], K_qq=s['K_qq'],
                     obs_q=s['obs_q'], size=size)
 
-    def _capsules(self, X_p: Tensor, plan: Tensor, dist: Tensor) -> Tensor:
-        """Output capsules [B, L, N, out_dim]: barycentric poses rescaled to
-        their activations."""
-        # Columns of the plan sum to 1 / V_q, hence the factor V_q.
-        parts = self.num_parts * torch.einsum('blnpq,blpd->blnqd', plan, X_p)
+    def _capsules(self, parts: Tensor, dist: Tensor) -> Tensor:
+        """Output capsules [B, L, N, out_dim]: the parts [B, L, N, V_q, d]
+        mapped to poses and rescaled to their activations."""
         pose = torch.einsum('blnk,nko->blno', parts.flatten(-2),
                             self.pose_weight)
         act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
@@ -336,73 +330,16 @@ class HGWCaps(BaseModule):
         """The output, the regulariser E (None unless training with
         ``reg_weight > 0``) and the HGW distances [B, H'*W', out_types],
         with E not yet attached to the output."""
-        if (self.recompute != 'none' and torch.is_grad_enabled()
-                and self.solver_cfg['grad'] == 'envelope'):
-            return self._forward_recomputed(x)
-        r = self.route(x)
-        X_p, dist, plan = r['components'], r['distance'], r['plan']
-        out = self._output(self._capsules(X_p, plan, dist), r['size'])
+        X_p, size = self._components(x)
+        s = self._structures(X_p)
+        dist, parts, _ = self._solve(X_p, s)
+        out = self._output(self._capsules(parts, dist), size)
         reg = None
         if self._wants_reg():
             reg = self.reg_weight * (
-                kl_off_diagonal(r['K_pp'], r['obs_p'].detach()) +
-                kl_off_diagonal(r['K_qq'], r['obs_q'].detach()))
+                kl_off_diagonal(s['K_pp'], s['obs_p'].detach()) +
+                kl_off_diagonal(s['K_qq'], s['obs_q'].detach()))
         return out, reg, dist
-
-    def _forward_recomputed(self, x: Tensor
-                            ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
-        """:meth:`forward_terms` keeping (almost) nothing for backward.
-
-        The plan is solved without autograd (as the envelope gradient does
-        anyway); everything differentiable after it (structures, cross
-        cost, HGW value, poses) runs in :data:`RECOMPUTE_SEGMENTS` segments
-        of locations under ``torch.utils.checkpoint``, recomputed one
-        segment at a time in backward. With ``recompute='value'`` the plan
-        is kept for that; with ``'all'`` each segment solves its own plan,
-        again in backward. Same values and gradients; memory kept for
-        backward drops from about seven plan-sized tensors per layer to the
-        plan (``'value'``) or to the components (``'all'``).
-        """
-        X_p, size = self._components(x)
-        keep_plan = self.recompute == 'value'
-        plan = None
-        if keep_plan:
-            with torch.no_grad():
-                plan = self._transport_plan(self._structures(X_p))
-        want_reg = self._wants_reg()
-
-        def segment(X_p, plan=None):
-            if plan is None:
-                with torch.no_grad():
-                    plan = self._transport_plan(self._structures(X_p))
-            s = self._structures(X_p)
-            dist = self._value(s, plan)
-            caps = self._capsules(X_p, plan, dist)
-            if not want_reg:
-                return caps, dist
-            return caps, dist, kl_off_diagonal(s['K_pp'],
-                                               s['obs_p'].detach())
-
-        L = X_p.shape[1]
-        length = -(-L // RECOMPUTE_SEGMENTS)
-        caps, dist, kl_p = [], [], 0
-        for start in range(0, L, length):
-            stop = min(L, start + length)
-            args = (X_p[:, start:stop], )
-            if keep_plan:
-                args += (plan[:, start:stop], )
-            outs = checkpoint(segment, *args, use_reentrant=False)
-            caps.append(outs[0])
-            dist.append(outs[1])
-            if want_reg:
-                # kl_off_diagonal averages over the segment's locations.
-                kl_p = kl_p + outs[2] * ((stop - start) / L)
-        reg = None
-        if want_reg:
-            X_q = self.subcapsules
-            reg = self.reg_weight * (kl_p + kl_off_diagonal(
-                embedding_distance(X_q, X_q), zipf_structure(X_q).detach()))
-        return self._output(torch.cat(caps, 1), size), reg, torch.cat(dist, 1)
 
     def forward(self, x: Tensor) -> Tensor:
         out, reg, dist = self.forward_terms(x)

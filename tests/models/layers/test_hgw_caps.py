@@ -206,19 +206,20 @@ def test_regulariser_ignores_the_diagonal():
     assert kl_off_diagonal(K, C).item() > 0
 
 
-@pytest.mark.parametrize('routing,recompute', [('hgw', 'value'),
-                                               ('hgw', 'all'),
-                                               ('uniform', 'value')])
+@pytest.mark.parametrize('routing,ablation', [('hgw', None), ('hgw', 'A'),
+                                              ('uniform', None)])
 @pytest.mark.parametrize('training', [True, False])
-def test_recomputed_backward_equals_stored_backward(routing, recompute,
-                                                    training):
-    """recompute='value' keeps only the plan and recomputes the rest in
-    segments, 'all' solves again too: identical output, regulariser,
-    distances and gradients to keeping everything."""
+def test_backends_give_the_same_layer(routing, ablation, training):
+    """The fused kernels and the torch reference: same output, regulariser,
+    distances and gradients (float64: same iterates up to round-off)."""
+    from mmhgw.ops import cpp_available
+    if not cpp_available():
+        pytest.skip('C++ extension not built')
     x = torch.randn(2, 16, 5, 7, dtype=torch.float64)
     results = []
-    for recompute in ('none', recompute):
-        caps = small_caps(routing=routing, recompute=recompute).double()
+    for backend in ('torch', 'cpp'):
+        caps = small_caps(routing=routing, ablation=ablation,
+                          backend=backend).double()
         caps.train(training)
         xi = x.clone().requires_grad_()
         out, reg, dist = caps.forward_terms(xi)
@@ -236,33 +237,37 @@ def test_recomputed_backward_equals_stored_backward(routing, recompute,
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
 
 
-def test_recompute_keeps_only_the_plan_for_backward():
-    """Without recompute autograd keeps several [B, L, N, V_p, V_q] tensors
-    per layer; with it, only the plan (the checkpointed segments keep their
-    slices of it, all in one storage)."""
+def test_unrolled_and_envelope_paths_agree_in_value():
+    x = torch.randn(2, 16, 4, 5, dtype=torch.float64)
+    with torch.no_grad():
+        env = small_caps(grad='envelope').double().eval()(x)
+        unr = small_caps(grad='unroll').double().eval()(x)
+    torch.testing.assert_close(env, unr, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize('backend', ['torch', 'auto'])
+def test_layer_keeps_nothing_plan_sized_for_backward(backend):
+    """The routing op solves again in backward: no [B, L, N, V_p, V_q]
+    tensor is kept between forward and backward (the largest kept is the
+    op's output, the parts [B, L, N, V_q, d], for the pose map)."""
     x = torch.randn(1, 16, 12, 12, requires_grad=True)
     plan_bytes = 1 * 144 * 8 * 8 * 4 * 4  # B L N V_p V_q float32
+    caps = small_caps(in_types=8, out_types=8, num_parts=4,
+                      backend=backend).train()
+    storages = {}
 
-    def plan_sized_saved(recompute):
-        caps = small_caps(in_types=8, out_types=8, num_parts=4,
-                          recompute=recompute).train()
-        storages = {}
+    def pack(t):
+        s = t.untyped_storage()
+        storages[s.data_ptr()] = s.nbytes()
+        return t
 
-        def pack(t):
-            s = t.untyped_storage()
-            storages[s.data_ptr()] = s.nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = caps(x)
-        out.sum().backward()
-        return sum(n >= plan_bytes for n in storages.values())
-
-    assert plan_sized_saved('none') >= 3
-    assert plan_sized_saved('value') == 1
-    assert plan_sized_saved('all') == 0
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = caps(x)
+    out.sum().backward()
+    parts_bytes = 1 * 144 * 8 * 4 * 4 * 4  # B L N V_q d float32
+    assert max(storages.values()) == parts_bytes < plan_bytes
 
 
-def test_bad_recompute_mode_raises():
-    with pytest.raises(ValueError, match='recompute'):
-        small_caps(recompute=True)
+def test_bad_backend_raises():
+    with pytest.raises(ValueError, match='backend must be one of'):
+        small_caps(backend='cuda')

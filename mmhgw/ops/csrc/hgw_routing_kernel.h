@@ -1,0 +1,847 @@
+// Fused HGW routing on the CPU, per location: the cross cost, the
+// proximal-point solve of paper Eq. 25 / 25a, the value of Eq. 21, the
+// barycentric parts, and the envelope gradient of both. Every plan-sized
+// array lives in a per-thread workspace of a few KiB: nothing of size
+// locations x types x V_p x V_q is written.
+//
+// The specification is the torch reference in mmhgw/ops/hgw_routing.py
+// (hgw_routing_reference): same iterates, floors and rounding. This header
+// has no torch dependency (the bindings are in hgw_routing_cpu.cpp).
+// Layout: a problem is row-major [V_p][V_q]; its transpose [V_q][V_p] is
+// kept where sums along the other axis are needed, so that every inner
+// loop runs along contiguous memory and vectorises.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+namespace mmhgw {
+
+struct Options {
+  int Vp, Vq, N, d;
+  double beta, eps;
+  int outer, inner;
+  bool proximal, uniform;
+};
+
+// ---------------------------------------------------------------- numerics
+// Vectorisable exp and log for float: called over contiguous arrays, these
+// loops become SIMD code (libm calls would not). Both are within ~2 ulp of
+// libm over the ranges used here. Double precision (tests, oracles) calls
+// libm.
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+// Adding and subtracting 1.5 * 2^23 rounds a float of magnitude < 2^22 to
+// the nearest integer without a libm call.
+constexpr float kRoundMagic = 12582912.0f;
+
+inline float bits_to_float(int32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof(f));
+  return f;
+}
+inline int32_t float_to_bits(float f) {
+  int32_t b;
+  std::memcpy(&b, &f, sizeof(b));
+  return b;
+}
+
+// exp(x), x clamped to [lo, 88]: 2^n P(r), n = round(x log2 e),
+// r = x - n ln 2 in two parts (Cody-Waite), P of degree 6 (Cephes expf).
+inline float exp_poly(float x, float lo) {
+  x = x < lo ? lo : (x > 88.0f ? 88.0f : x);
+  const float n = (x * kLog2e + kRoundMagic) - kRoundMagic;
+  float r = x - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * bits_to_float((static_cast<int32_t>(n) + 127) << 23);
+}
+
+// log(x) for normal x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
+// log x = e ln 2 + log m, log m by the Cephes logf polynomial.
+inline float log_poly(float x) {
+  const int32_t b = float_to_bits(x);
+  int32_t e = ((b >> 23) & 0xff) - 127;
+  float m = bits_to_float((b & 0x007fffff) | 0x3f800000);  // [1, 2)
+  const bool big = m > 1.41421356237f;
+  m = big ? m * 0.5f : m;
+  e = big ? e + 1 : e;
+  const float f = m - 1.0f, z = f * f;
+  float y = 7.0376836292e-2f;
+  y = y * f - 1.1514610310e-1f;
+  y = y * f + 1.1676998740e-1f;
+  y = y * f - 1.2420140846e-1f;
+  y = y * f + 1.4249322787e-1f;
+  y = y * f - 1.6668057665e-1f;
+  y = y * f + 2.0000714765e-1f;
+  y = y * f - 2.4999993993e-1f;
+  y = y * f + 3.3333331174e-1f;
+  y = y * f * z;
+  const float fe = static_cast<float>(e);
+  y = y + fe * kLn2Lo - 0.5f * z;
+  return f + y + fe * kLn2Hi;
+}
+
+template <typename scalar_t>
+inline scalar_t tiny() {
+  return std::numeric_limits<scalar_t>::min();
+}
+// mmhgw.ot.exp_floor: log(tiny) / 2, so that products of two floored
+// entries are still normal numbers (subnormals are ~10x slower on x86).
+template <typename scalar_t>
+inline scalar_t exp_floor() {
+  return scalar_t(0.5) * std::log(tiny<scalar_t>());
+}
+
+// x <- exp(max(x, lo)) (mmhgw.ot.floored_exp).
+inline void floored_exp(float* __restrict__ x, int n, float lo) {
+  for (int i = 0; i < n; ++i) x[i] = exp_poly(x[i], lo);
+}
+inline void floored_exp(double* __restrict__ x, int n, double lo) {
+  for (int i = 0; i < n; ++i) x[i] = std::exp(x[i] < lo ? lo : x[i]);
+}
+// x <- log(max(x, tiny)) (mmhgw.ot.safe_log).
+inline void safe_log(float* __restrict__ x, int n) {
+  const float t = tiny<float>();
+  for (int i = 0; i < n; ++i) x[i] = log_poly(x[i] < t ? t : x[i]);
+}
+inline void safe_log(double* __restrict__ x, int n) {
+  const double t = tiny<double>();
+  for (int i = 0; i < n; ++i) x[i] = std::log(x[i] < t ? t : x[i]);
+}
+// K <- 1 - exp(-max(sq, 0) / d) (mmhgw.ot.bound_distance, floor 0).
+inline void bounded(const float* __restrict__ sq, int n, int d,
+                    float* __restrict__ K) {
+  const float inv_d = 1.0f / d;
+  for (int i = 0; i < n; ++i)
+    K[i] = 1.0f - exp_poly(-(sq[i] > 0 ? sq[i] : 0.0f) * inv_d, -88.0f);
+}
+inline void bounded(const double* __restrict__ sq, int n, int d,
+                    double* __restrict__ K) {
+  for (int i = 0; i < n; ++i) K[i] = -std::expm1(-std::max(sq[i], 0.0) / d);
+}
+
+template <typename scalar_t>
+inline void transpose(const scalar_t* __restrict__ in, int rows, int cols,
+                      scalar_t* __restrict__ out) {
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) out[j * rows + i] = in[i * cols + j];
+}
+
+
+// ------------------------------------------- SIMD path: V_q = 8, float
+// One row of a problem is one vector of 8 floats (GCC/Clang vector
+// extensions: AVX2 or AVX-512VL code, no intrinsics). Sums and maxima
+// along rows run eight rows at a time through a shuffle tree.
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+inline v8f splat(float x) { return v8f{x, x, x, x, x, x, x, x}; }
+inline v8f vmax(v8f a, v8f b) { return a > b ? a : b; }
+inline v8f vmin(v8f a, v8f b) { return a < b ? a : b; }
+
+inline v8f vexp(v8f x, float lo) {
+  x = vmin(vmax(x, splat(lo)), splat(88.0f));
+  const v8f n = (x * kLog2e + kRoundMagic) - kRoundMagic;
+  v8f r = x - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  v8f p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+  return p * reinterpret_cast<const v8f&>(e);
+}
+
+// log(max(x, tiny)) (see log_poly).
+inline v8f vlog(v8f x) {
+  x = vmax(x, splat(tiny<float>()));
+  const v8i b = reinterpret_cast<const v8i&>(x);
+  v8i e = ((b >> 23) & 0xff) - 127;
+  const v8i mb = (b & 0x007fffff) | 0x3f800000;
+  v8f m = reinterpret_cast<const v8f&>(mb);
+  const v8i big = m > 1.41421356237f;
+  m = big ? m * 0.5f : m;
+  e = big ? e + 1 : e;
+  const v8f f = m - 1.0f, z = f * f;
+  v8f y = splat(7.0376836292e-2f);
+  y = y * f - 1.1514610310e-1f;
+  y = y * f + 1.1676998740e-1f;
+  y = y * f - 1.2420140846e-1f;
+  y = y * f + 1.4249322787e-1f;
+  y = y * f - 1.6668057665e-1f;
+  y = y * f + 2.0000714765e-1f;
+  y = y * f - 2.4999993993e-1f;
+  y = y * f + 3.3333331174e-1f;
+  y = y * f * z;
+  const v8f fe = __builtin_convertvector(e, v8f);
+  y = y + fe * kLn2Lo - 0.5f * z;
+  return f + y + fe * kLn2Hi;
+}
+
+// Reduces each of the rows r[0..7] along its lanes: lane k of the result
+// is op over the lanes of r[k].
+template <typename Op>
+inline v8f reduce_rows(const v8f* r, Op op) {
+  const v8i lo1 = {0, 8, 2, 10, 4, 12, 6, 14}, hi1 = {1, 9, 3, 11, 5, 13, 7, 15};
+  const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const v8i lo3 = {0, 1, 2, 3, 8, 9, 10, 11}, hi3 = {4, 5, 6, 7, 12, 13, 14, 15};
+  v8f a[4], b[2];
+  for (int k = 0; k < 4; ++k)
+    a[k] = op(__builtin_shuffle(r[2 * k], r[2 * k + 1], lo1),
+              __builtin_shuffle(r[2 * k], r[2 * k + 1], hi1));
+  for (int k = 0; k < 2; ++k)
+    b[k] = op(__builtin_shuffle(a[2 * k], a[2 * k + 1], lo2),
+              __builtin_shuffle(a[2 * k], a[2 * k + 1], hi2));
+  return op(__builtin_shuffle(b[0], b[1], lo3), __builtin_shuffle(b[0], b[1], hi3));
+}
+inline v8f add_op(v8f a, v8f b) { return a + b; }
+
+// C = h1 T h2^T for V_q = 8, with A = h1 T (four rows at a time: one
+// load of T[k] feeds four multiply-adds).
+template <int VP>
+inline void gw_product_v8(const float* __restrict__ h1, const v8f* T,
+                          const v8f* H2T, v8f* A, v8f* C) {
+  for (int i = 0; i < VP; i += 4) {
+    v8f a0 = splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    for (int k = 0; k < VP; ++k) {
+      const v8f t = T[k];
+      a0 += h1[i * VP + k] * t;
+      a1 += h1[(i + 1) * VP + k] * t;
+      a2 += h1[(i + 2) * VP + k] * t;
+      a3 += h1[(i + 3) * VP + k] * t;
+    }
+    A[i] = a0;
+    A[i + 1] = a1;
+    A[i + 2] = a2;
+    A[i + 3] = a3;
+  }
+  for (int i = 0; i < VP; ++i) {
+    v8f acc = splat(0.0f);
+    for (int l = 0; l < 8; ++l) acc += A[i][l] * H2T[l];
+    C[i] = acc;
+  }
+}
+
+// The plan of one problem of V_p = VP rows (a multiple of 8) and V_q = 8,
+// the same iterates as Solver::solve_plan, into T_out [VP][8]; returns the
+// value at the plan (Eq. 21) and leaves h1 T in A_out [VP][8].
+template <int VP>
+float solve_plan_v8(const float* __restrict__ h1, const float* __restrict__ h2T,
+                    const float* __restrict__ row, const float* __restrict__ col,
+                    const float* __restrict__ Kc_in, const Options& o,
+                    float* __restrict__ T_out, float* __restrict__ A_out) {
+  static_assert(VP % 8 == 0, "VP must be a multiple of 8");
+  constexpr int R = VP / 8;  // blocks of eight rows
+  const float p = 1.0f / VP, q = 1.0f / 8;
+  const float log_p = std::log(p), log_q = std::log(q);
+  const float lo = exp_floor<float>(), tn = tiny<float>();
+  const float beta = static_cast<float>(o.beta), eps = static_cast<float>(o.eps);
+  v8f T[VP], LT[VP], LK[VP], K[VP], A[VP], C[VP], H2T[8], tmp[VP];
+  float f[VP] __attribute__((aligned(32)));
+  float u[VP] __attribute__((aligned(32)));
+  v8f colv, g, v;
+  std::memcpy(K, Kc_in, sizeof(K));
+  std::memcpy(H2T, h2T, sizeof(H2T));
+  std::memcpy(&colv, col, sizeof(colv));
+  const float T0 = std::exp(log_p + log_q);
+  for (int i = 0; i < VP; ++i) T[i] = splat(T0);
+  auto finish = [&]() {
+    // Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
+    gw_product_v8<VP>(h1, T, H2T, A, C);
+    v8f acc = splat(0.0f);
+    for (int i = 0; i < VP; ++i)
+      acc += ((row[i] + colv) - C[i] + beta * K[i]) * T[i];
+    std::memcpy(T_out, T, sizeof(T));
+    std::memcpy(A_out, A, sizeof(A));
+    float value = 0;
+    for (int l = 0; l < 8; ++l) value += acc[l];
+    return value;
+  };
+  if (o.uniform) return finish();
+  for (int i = 0; i < VP; ++i) LT[i] = splat(log_p + log_q);
+  g = splat(0.0f);
+  const float prox = o.proximal ? 1.0f : 0.0f;
+  for (int step = 0; step < o.outer; ++step) {
+    // cost = row 1^T + 1 col^T - h1 T h2^T + beta K (Eq. 10, 25a).
+    gw_product_v8<VP>(h1, T, H2T, A, C);
+    for (int i = 0; i < VP; ++i)
+      LK[i] = -((row[i] + colv) - C[i] + beta * K[i]) / eps + prox * LT[i];
+    // f = log p - LSE_j(logk + g), eight rows at a time.
+    for (int b = 0; b < R; ++b) {
+      v8f x[8], e[8];
+      for (int k = 0; k < 8; ++k) x[k] = LK[8 * b + k] + g;
+      const v8f mx = reduce_rows(x, vmax);
+      for (int k = 0; k < 8; ++k) e[k] = vexp(x[k] - mx[k], lo);
+      const v8f sum = reduce_rows(e, add_op);
+      const v8f fb = log_p - (vlog(sum) + mx);
+      std::memcpy(f + 8 * b, &fb, sizeof(fb));
+    }
+    // g = log q - LSE_i(logk + f).
+    v8f cm = splat(-std::numeric_limits<float>::infinity());
+    for (int i = 0; i < VP; ++i) {
+      tmp[i] = LK[i] + f[i];
+      cm = vmax(cm, tmp[i]);
+    }
+    v8f cs = splat(0.0f);
+    for (int i = 0; i < VP; ++i) cs += vexp(tmp[i] - cm, lo);
+    g = log_q - (vlog(cs) + cm);
+    if (o.inner > 1) {
+      // Stabilised kernel-domain iterations on M = exp(logk + f + g).
+      v8f* Mx = tmp;
+      for (int i = 0; i < VP; ++i) Mx[i] = vexp(LK[i] + f[i] + g, lo);
+      v = splat(1.0f);
+      for (int it = 0; it < o.inner - 1; ++it) {
+        for (int b = 0; b < R; ++b) {
+          v8f x[8];
+          for (int k = 0; k < 8; ++k) x[k] = Mx[8 * b + k] * v;
+          const v8f sb = reduce_rows(x, add_op);
+          const v8f ub = p / vmax(sb, splat(tn));
+          std::memcpy(u + 8 * b, &ub, sizeof(ub));
+        }
+        v8f c = splat(0.0f);
+        for (int i = 0; i < VP; ++i) c += u[i] * Mx[i];
+        v = q / vmax(c, splat(tn));
+      }
+      for (int b = 0; b < R; ++b) {
+        v8f ub, fb;
+        std::memcpy(&ub, u + 8 * b, sizeof(ub));
+        std::memcpy(&fb, f + 8 * b, sizeof(fb));
+        fb += vlog(ub);
+        std::memcpy(f + 8 * b, &fb, sizeof(fb));
+      }
+      g += vlog(v);
+      for (int i = 0; i < VP; ++i) {
+        T[i] = Mx[i] * u[i] * v;
+        LT[i] = LK[i] + f[i] + g;
+      }
+    } else {
+      for (int i = 0; i < VP; ++i) {
+        LT[i] = LK[i] + f[i] + g;
+        T[i] = vexp(LT[i], lo);
+      }
+    }
+  }
+  // Rounding onto Gamma(p, q) (mmhgw.ot.round_to_polytope).
+  for (int b = 0; b < R; ++b) {
+    const v8f rs = reduce_rows(T + 8 * b, add_op);
+    const v8f k = vmin(p / vmax(rs, splat(tn)), splat(1.0f));
+    for (int r = 0; r < 8; ++r) T[8 * b + r] *= k[r];
+  }
+  v8f cs = splat(0.0f);
+  for (int i = 0; i < VP; ++i) cs += T[i];
+  const v8f kc = vmin(q / vmax(cs, splat(tn)), splat(1.0f));
+  for (int i = 0; i < VP; ++i) T[i] *= kc;
+  float total = 0;
+  for (int b = 0; b < R; ++b) {
+    const v8f rs = reduce_rows(T + 8 * b, add_op);
+    const v8f dp = vmax(p - rs, splat(0.0f));
+    std::memcpy(u + 8 * b, &dp, sizeof(dp));
+    for (int r = 0; r < 8; ++r) total += dp[r];
+  }
+  cs = splat(0.0f);
+  for (int i = 0; i < VP; ++i) cs += T[i];
+  const v8f dq = vmax(q - cs, splat(0.0f));
+  total = total > tn ? total : tn;
+  for (int i = 0; i < VP; ++i) T[i] += u[i] * dq / total;
+  return finish();
+}
+
+// Cross cost for V_q = 8: sq[i] = |x_i|^2 + |y|^2 - 2 x_i . y over the
+// eight parts y at once, K = 1 - exp(-max(sq, 0) / d).
+inline void cross_cost_v8(const float* __restrict__ xp,
+                          const float* __restrict__ xq,
+                          const float* __restrict__ sqp,
+                          const float* __restrict__ sqq, int Vp, int d,
+                          float* __restrict__ K, float* __restrict__ sq) {
+  std::vector<v8f> XqT(d);
+  for (int e = 0; e < d; ++e)
+    for (int j = 0; j < 8; ++j) XqT[e][j] = xq[j * d + e];
+  v8f sy;
+  std::memcpy(&sy, sqq, sizeof(sy));
+  const float inv_d = 1.0f / d;
+  for (int i = 0; i < Vp; ++i) {
+    v8f acc = sqp[i] + sy;
+    for (int e = 0; e < d; ++e) acc -= (2 * xp[i * d + e]) * XqT[e];
+    const v8f k = 1.0f - vexp(-vmax(acc, splat(0.0f)) * inv_d, -88.0f);
+    std::memcpy(sq + i * 8, &acc, sizeof(acc));
+    std::memcpy(K + i * 8, &k, sizeof(k));
+  }
+}
+
+// ------------------------------------------------------------- the solver
+
+// Inputs of one call, flattened: X_p [M, Vp, d], X_q [N, Vq, d],
+// h1 [M, Vp, Vp], h2 [N, Vq, Vq], row [M, Vp], col [N, Vq].
+template <typename scalar_t>
+struct Inputs {
+  const scalar_t *Xp, *Xq, *h1, *h2, *row, *col;
+};
+
+// VP, VQ: problem sizes fixed at compile time (0: taken from Options), so
+// that the loops over a row or a column of the common shapes become whole
+// SIMD vectors.
+template <typename scalar_t, int VP, int VQ>
+class Solver {
+ public:
+  explicit Solver(const Options& o)
+      : o_(o),
+        Vp(VP > 0 ? VP : o.Vp),
+        Vq(VQ > 0 ? VQ : o.Vq),
+        P(Vp * Vq),
+        beta_(static_cast<scalar_t>(o.beta)),
+        eps_(static_cast<scalar_t>(o.eps)) {
+    for (auto* a : {&Kc, &sq, &T, &logT, &logk, &logkT, &M, &MT, &A, &C, &B,
+                    &BT})
+      a->resize(P);
+    h2T.resize(Vq * Vq);
+    for (auto* a : {&f, &u, &s, &rmax, &sqp}) a->resize(Vp);
+    for (auto* a : {&g, &v, &c, &cmax}) a->resize(Vq);
+  }
+
+  // Per location m: squared norms of the components.
+  void set_location(const Inputs<scalar_t>& in, int64_t m) {
+    xp_ = in.Xp + m * Vp * o_.d;
+    h1_ = in.h1 + m * Vp * Vp;
+    row_ = in.row + m * Vp;
+    for (int i = 0; i < Vp; ++i) {
+      scalar_t acc = 0;
+      for (int e = 0; e < o_.d; ++e) acc += xp_[i * o_.d + e] * xp_[i * o_.d + e];
+      sqp[i] = acc;
+    }
+  }
+
+  // Per (location, type n): cross cost and transposed h2; then the plan.
+  void solve(const Inputs<scalar_t>& in, const scalar_t* sqq, int n) {
+    const int d = o_.d;
+    xq_ = in.Xq + int64_t(n) * Vq * d;
+    h2_ = in.h2 + int64_t(n) * Vq * Vq;
+    col_ = in.col + int64_t(n) * Vq;
+    transpose(h2_, Vq, Vq, h2T.data());
+    cross_cost(sqq + int64_t(n) * Vq);
+    solve_plan();
+  }
+
+  // <L (x) T + beta K, T> at the current plan (Eq. 21); leaves h1 T in A.
+  scalar_t value() {
+    if constexpr (kSimd) return value_;
+    gw_product(T.data(), C.data());
+    scalar_t acc = 0;
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) {
+        const int e = i * Vq + j;
+        acc += (row_[i] + col_[j] - C[e] + beta_ * Kc[e]) * T[e];
+      }
+    return acc;
+  }
+
+  // out [Vq, d] <- V_q T^T X_p (columns of T sum to 1 / V_q).
+  void parts(scalar_t* __restrict__ out) const {
+    const int d = o_.d;
+    if constexpr (kSimd) {
+      if (d == 8) {
+        for (int j = 0; j < 8; ++j) {
+          v8f acc = splat(0.0f);
+          for (int i = 0; i < Vp; ++i) {
+            v8f x;
+            std::memcpy(&x, xp_ + i * 8, sizeof(x));
+            acc += T[i * 8 + j] * x;
+          }
+          acc *= 8.0f;
+          std::memcpy(out + j * 8, &acc, sizeof(acc));
+        }
+        return;
+      }
+    }
+    std::fill(out, out + Vq * d, scalar_t(0));
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) {
+        const scalar_t t = T[i * Vq + j] * Vq;
+        for (int e = 0; e < d; ++e) out[j * d + e] += t * xp_[i * d + e];
+      }
+  }
+
+  // Envelope gradient at the current plan, for upstream gradients gd (of
+  // the value) and gp [Vq, d] (of the parts). Per-location outputs dXp,
+  // dh1, drow are accumulated; shared ones (dXq, dh2, dcol [this type's
+  // slices], dbeta) too. Requires value() to have run (A = h1 T).
+  void backward(scalar_t gd, const scalar_t* __restrict__ gp,
+                scalar_t* __restrict__ dXp, scalar_t* __restrict__ dh1,
+                scalar_t* __restrict__ drow, scalar_t* __restrict__ dXq,
+                scalar_t* __restrict__ dh2, scalar_t* __restrict__ dcol,
+                scalar_t* dbeta) {
+    const int d = o_.d;
+    // Parts: d(V_q T^T X_p)/dX_p = V_q T gp.
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) {
+        const scalar_t t = T[i * Vq + j] * Vq;
+        for (int e = 0; e < d; ++e) dXp[i * d + e] += t * gp[j * d + e];
+      }
+    if (gd == 0) return;
+    // Value at the fixed plan: d/drow_i = (T 1)_i, d/dcol_j = (T^T 1)_j,
+    // d/dK = beta T, d/dbeta = <K, T>, d/dh1 = -T h2 T^T,
+    // d/dh2 = -T^T h1 T.
+    scalar_t kt = 0;
+    for (int i = 0; i < Vp; ++i) {
+      scalar_t r = 0;
+      for (int j = 0; j < Vq; ++j) {
+        r += T[i * Vq + j];
+        kt += Kc[i * Vq + j] * T[i * Vq + j];
+        dcol[j] += gd * T[i * Vq + j];
+      }
+      drow[i] += gd * r;
+    }
+    *dbeta += gd * kt;
+    // B = T h2: B[i, l] = sum_j T[i, j] h2[j, l]; dh1[i, k] -= gd B[i] . T[k].
+    for (int i = 0; i < Vp; ++i) {
+      for (int l = 0; l < Vq; ++l) B[i * Vq + l] = 0;
+      for (int j = 0; j < Vq; ++j) {
+        const scalar_t t = T[i * Vq + j];
+        for (int l = 0; l < Vq; ++l) B[i * Vq + l] += t * h2_[j * Vq + l];
+      }
+    }
+    transpose(B.data(), Vp, Vq, BT.data());
+    transpose(T.data(), Vp, Vq, MT.data());
+    for (int i = 0; i < Vp; ++i) {
+      for (int k = 0; k < Vp; ++k) s[k] = 0;
+      for (int l = 0; l < Vq; ++l) {
+        const scalar_t b = B[i * Vq + l];
+        for (int k = 0; k < Vp; ++k) s[k] += b * MT[l * Vp + k];
+      }
+      for (int k = 0; k < Vp; ++k) dh1[i * Vp + k] -= gd * s[k];
+    }
+    // dh2[j, l] -= gd sum_i T[i, j] A[i, l], with A = h1 T from value().
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) {
+        const scalar_t t = gd * T[i * Vq + j];
+        for (int l = 0; l < Vq; ++l) dh2[j * Vq + l] -= t * A[i * Vq + l];
+      }
+    // K = 1 - exp(-max(sq, 0) / d): dK/dsq = (1 - K) / d where sq >= 0;
+    // sq = |x_i|^2 + |y_j|^2 - 2 x_i . y_j.
+    const scalar_t scale = 2 * gd * beta_ / d;
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) {
+        const int e = i * Vq + j;
+        const scalar_t gij =
+            sq[e] >= 0 ? scale * T[e] * (1 - Kc[e]) : scalar_t(0);
+        for (int k = 0; k < d; ++k) {
+          const scalar_t diff = xp_[i * d + k] - xq_[j * d + k];
+          dXp[i * d + k] += gij * diff;
+          dXq[j * d + k] -= gij * diff;
+        }
+      }
+  }
+
+ private:
+  void cross_cost(const scalar_t* __restrict__ sqq) {
+    const int d = o_.d;
+    if constexpr (kSimd) {
+      cross_cost_v8(xp_, xq_, sqp.data(), sqq, Vp, d, Kc.data(), sq.data());
+      return;
+    }
+    scalar_t* __restrict__ q2 = sq.data();
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) q2[i * Vq + j] = sqp[i] + sqq[j];
+    for (int i = 0; i < Vp; ++i)
+      for (int e = 0; e < d; ++e) {
+        const scalar_t x = -2 * xp_[i * d + e];
+        for (int j = 0; j < Vq; ++j) q2[i * Vq + j] += x * xq_[j * d + e];
+      }
+    bounded(q2, P, d, Kc.data());
+  }
+
+  // out = h1 @ T @ h2^T, the plan-dependent part of L (x) T (Eq. 10);
+  // A <- h1 @ T.
+  void gw_product(const scalar_t* __restrict__ Tm, scalar_t* __restrict__ out) {
+    const scalar_t* __restrict__ h1 = h1_;
+    scalar_t* __restrict__ a = A.data();
+    for (int i = 0; i < Vp; ++i) {
+      scalar_t* __restrict__ ai = a + i * Vq;
+      for (int l = 0; l < Vq; ++l) ai[l] = 0;
+      for (int k = 0; k < Vp; ++k) {
+        const scalar_t h = h1[i * Vp + k];
+        for (int l = 0; l < Vq; ++l) ai[l] += h * Tm[k * Vq + l];
+      }
+    }
+    const scalar_t* __restrict__ h2t = h2T.data();
+    for (int i = 0; i < Vp; ++i) {
+      scalar_t* __restrict__ oi = out + i * Vq;
+      for (int j = 0; j < Vq; ++j) oi[j] = 0;
+      for (int l = 0; l < Vq; ++l) {
+        const scalar_t x = a[i * Vq + l];
+        for (int j = 0; j < Vq; ++j) oi[j] += x * h2t[l * Vq + j];
+      }
+    }
+  }
+
+  // The rounded plan into T (the fixed-count hot path of
+  // mmhgw.ot.plan_from_terms): each proximal step forms the cost
+  // L (x) T + beta K, its log-kernel (plus log T_prev when proximal), one
+  // log-domain Sinkhorn iteration and inner - 1 stabilised kernel-domain
+  // ones; the plan is then rounded onto Gamma(p, q) (Altschuler et al.).
+  static constexpr bool kSimd =
+      std::is_same_v<scalar_t, float> && VQ == 8 && VP > 0 && VP % 8 == 0;
+
+  void solve_plan() {
+    if constexpr (kSimd) {
+      value_ = solve_plan_v8<VP>(h1_, h2T.data(), row_, col_, Kc.data(), o_,
+                                 T.data(), A.data());
+      return;
+    }
+    const scalar_t p = scalar_t(1) / Vp, q = scalar_t(1) / Vq;
+    const scalar_t log_p = std::log(p), log_q = std::log(q);
+    const scalar_t lo = exp_floor<scalar_t>(), tn = tiny<scalar_t>();
+    const scalar_t ninf = -std::numeric_limits<scalar_t>::infinity();
+    scalar_t* __restrict__ t = T.data();
+    scalar_t* __restrict__ lt = logT.data();
+    scalar_t* __restrict__ lk = logk.data();
+    scalar_t* __restrict__ lkT = logkT.data();
+    scalar_t* __restrict__ m = M.data();
+    scalar_t* __restrict__ mT = MT.data();
+    scalar_t* __restrict__ w = B.data();
+    scalar_t* __restrict__ wT = BT.data();
+    scalar_t* __restrict__ cost = C.data();
+    const scalar_t* __restrict__ kc = Kc.data();
+    scalar_t* __restrict__ F = f.data();
+    scalar_t* __restrict__ G = g.data();
+    scalar_t* __restrict__ U = u.data();
+    scalar_t* __restrict__ W = v.data();
+    scalar_t* __restrict__ S = s.data();
+    scalar_t* __restrict__ Cs = c.data();
+    scalar_t* __restrict__ rm = rmax.data();
+    scalar_t* __restrict__ cm = cmax.data();
+    const scalar_t* __restrict__ rw = row_;
+    const scalar_t* __restrict__ cl = col_;
+    const scalar_t T0 = std::exp(log_p + log_q);
+    for (int e = 0; e < P; ++e) t[e] = T0;
+    if (o_.uniform) return;
+    for (int j = 0; j < Vq; ++j) G[j] = 0;
+    for (int e = 0; e < P; ++e) lt[e] = log_p + log_q;
+    const scalar_t prox = o_.proximal ? scalar_t(1) : scalar_t(0);
+    const scalar_t inv_eps = scalar_t(1) / eps_;
+    for (int step = 0; step < o_.outer; ++step) {
+      gw_product(t, cost);
+      // Eq. 25a (the paper's "+ eps" constant is absorbed by the
+      // potentials) plus the KL(T || T_prev) proximal term of Eq. 25.
+      // Division, not multiplication by 1/eps: the reference divides.
+      for (int i = 0; i < Vp; ++i)
+        for (int j = 0; j < Vq; ++j) {
+          const int e = i * Vq + j;
+          lk[e] = -(rw[i] + cl[j] - cost[e] + beta_ * kc[e]) / eps_ +
+                  prox * lt[e];
+        }
+      (void)inv_eps;
+      transpose(lk, Vp, Vq, lkT);
+      // One log-domain iteration: f = log p - LSE_j(logk + g) ...
+      for (int i = 0; i < Vp; ++i) rm[i] = ninf;
+      for (int j = 0; j < Vq; ++j)
+        for (int i = 0; i < Vp; ++i) {
+          const scalar_t x = lkT[j * Vp + i] + G[j];
+          wT[j * Vp + i] = x;
+          rm[i] = x > rm[i] ? x : rm[i];
+        }
+      for (int j = 0; j < Vq; ++j)
+        for (int i = 0; i < Vp; ++i) wT[j * Vp + i] -= rm[i];
+      floored_exp(wT, P, lo);
+      for (int i = 0; i < Vp; ++i) S[i] = 0;
+      for (int j = 0; j < Vq; ++j)
+        for (int i = 0; i < Vp; ++i) S[i] += wT[j * Vp + i];
+      safe_log(S, Vp);
+      for (int i = 0; i < Vp; ++i) F[i] = log_p - (S[i] + rm[i]);
+      // ... then g = log q - LSE_i(logk + f).
+      for (int j = 0; j < Vq; ++j) cm[j] = ninf;
+      for (int i = 0; i < Vp; ++i)
+        for (int j = 0; j < Vq; ++j) {
+          const scalar_t x = lk[i * Vq + j] + F[i];
+          w[i * Vq + j] = x;
+          cm[j] = x > cm[j] ? x : cm[j];
+        }
+      for (int i = 0; i < Vp; ++i)
+        for (int j = 0; j < Vq; ++j) w[i * Vq + j] -= cm[j];
+      floored_exp(w, P, lo);
+      for (int j = 0; j < Vq; ++j) Cs[j] = 0;
+      for (int i = 0; i < Vp; ++i)
+        for (int j = 0; j < Vq; ++j) Cs[j] += w[i * Vq + j];
+      safe_log(Cs, Vq);
+      for (int j = 0; j < Vq; ++j) G[j] = log_q - (Cs[j] + cm[j]);
+
+      if (o_.inner > 1) {
+        // Stabilised kernel-domain iterations on M = exp(logk + f + g).
+        for (int i = 0; i < Vp; ++i)
+          for (int j = 0; j < Vq; ++j)
+            m[i * Vq + j] = lk[i * Vq + j] + F[i] + G[j];
+        floored_exp(m, P, lo);
+        transpose(m, Vp, Vq, mT);
+        for (int j = 0; j < Vq; ++j) W[j] = 1;
+        for (int it = 0; it < o_.inner - 1; ++it) {
+          for (int i = 0; i < Vp; ++i) S[i] = 0;
+          for (int j = 0; j < Vq; ++j)
+            for (int i = 0; i < Vp; ++i) S[i] += mT[j * Vp + i] * W[j];
+          for (int i = 0; i < Vp; ++i) U[i] = p / (S[i] > tn ? S[i] : tn);
+          for (int j = 0; j < Vq; ++j) Cs[j] = 0;
+          for (int i = 0; i < Vp; ++i)
+            for (int j = 0; j < Vq; ++j) Cs[j] += U[i] * m[i * Vq + j];
+          for (int j = 0; j < Vq; ++j) W[j] = q / (Cs[j] > tn ? Cs[j] : tn);
+        }
+        for (int i = 0; i < Vp; ++i) S[i] = U[i];
+        for (int j = 0; j < Vq; ++j) Cs[j] = W[j];
+        safe_log(S, Vp);
+        safe_log(Cs, Vq);
+        for (int i = 0; i < Vp; ++i) F[i] += S[i];
+        for (int j = 0; j < Vq; ++j) G[j] += Cs[j];
+        for (int i = 0; i < Vp; ++i)
+          for (int j = 0; j < Vq; ++j) {
+            const int e = i * Vq + j;
+            t[e] = m[e] * U[i] * W[j];
+            lt[e] = lk[e] + F[i] + G[j];
+          }
+      } else {
+        for (int i = 0; i < Vp; ++i)
+          for (int j = 0; j < Vq; ++j) {
+            const int e = i * Vq + j;
+            lt[e] = lk[e] + F[i] + G[j];
+            t[e] = lt[e];
+          }
+        floored_exp(t, P, lo);
+      }
+    }
+    round_to_polytope(p, q);
+  }
+
+  // mmhgw.ot.round_to_polytope: scale down rows over p, then columns over
+  // q, then add the outer product of the deficits over their total.
+  void round_to_polytope(scalar_t p, scalar_t q) {
+    const scalar_t tn = tiny<scalar_t>();
+    scalar_t* __restrict__ t = T.data();
+    scalar_t* __restrict__ tT = BT.data();
+    scalar_t* __restrict__ S = s.data();
+    scalar_t* __restrict__ U = u.data();
+    scalar_t* __restrict__ W = v.data();
+    scalar_t* __restrict__ Cs = c.data();
+    transpose(t, Vp, Vq, tT);
+    for (int i = 0; i < Vp; ++i) S[i] = 0;
+    for (int j = 0; j < Vq; ++j)
+      for (int i = 0; i < Vp; ++i) S[i] += tT[j * Vp + i];
+    for (int i = 0; i < Vp; ++i) {
+      const scalar_t k = p / (S[i] > tn ? S[i] : tn);
+      U[i] = k < 1 ? k : scalar_t(1);
+    }
+    for (int j = 0; j < Vq; ++j) Cs[j] = 0;
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) {
+        t[i * Vq + j] *= U[i];
+        Cs[j] += t[i * Vq + j];
+      }
+    for (int j = 0; j < Vq; ++j) {
+      const scalar_t k = q / (Cs[j] > tn ? Cs[j] : tn);
+      W[j] = k < 1 ? k : scalar_t(1);
+    }
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) t[i * Vq + j] *= W[j];
+    transpose(t, Vp, Vq, tT);
+    for (int i = 0; i < Vp; ++i) S[i] = 0;
+    for (int j = 0; j < Vq; ++j)
+      for (int i = 0; i < Vp; ++i) S[i] += tT[j * Vp + i];
+    scalar_t total = 0;
+    for (int i = 0; i < Vp; ++i) {
+      U[i] = p - S[i] > 0 ? p - S[i] : scalar_t(0);
+      total += U[i];
+    }
+    for (int j = 0; j < Vq; ++j) Cs[j] = 0;
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) Cs[j] += t[i * Vq + j];
+    for (int j = 0; j < Vq; ++j) W[j] = q - Cs[j] > 0 ? q - Cs[j] : scalar_t(0);
+    total = total > tn ? total : tn;
+    for (int i = 0; i < Vp; ++i)
+      for (int j = 0; j < Vq; ++j) t[i * Vq + j] += U[i] * W[j] / total;
+  }
+
+  const Options o_;
+  const int Vp, Vq, P;
+  scalar_t value_ = 0;  // SIMD path: the value computed with the plan
+  const scalar_t beta_, eps_;
+  const scalar_t *xp_ = nullptr, *xq_ = nullptr, *h1_ = nullptr,
+                 *h2_ = nullptr, *row_ = nullptr, *col_ = nullptr;
+  std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT,
+      h2T, f, g, u, v, s, c, rmax, cmax, sqp;
+};
+
+template <typename scalar_t>
+std::vector<scalar_t> squared_norms(const scalar_t* X, int64_t rows, int d) {
+  std::vector<scalar_t> out(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    scalar_t acc = 0;
+    for (int e = 0; e < d; ++e) acc += X[r * d + e] * X[r * d + e];
+    out[r] = acc;
+  }
+  return out;
+}
+
+// Forward over locations [begin, end): dist [M, N], parts [M, N, Vq, d].
+template <typename scalar_t, int VP, int VQ>
+void forward_range(const Inputs<scalar_t>& in, const Options& o,
+                   const scalar_t* sqq, int64_t begin, int64_t end,
+                   scalar_t* dist, scalar_t* parts) {
+  Solver<scalar_t, VP, VQ> solver(o);
+  const int64_t part_size = int64_t(o.Vq) * o.d;
+  for (int64_t m = begin; m < end; ++m) {
+    solver.set_location(in, m);
+    for (int n = 0; n < o.N; ++n) {
+      solver.solve(in, sqq, n);
+      dist[m * o.N + n] = solver.value();
+      solver.parts(parts + (m * o.N + n) * part_size);
+    }
+  }
+}
+
+// Backward over locations [begin, end): per-location gradients into dXp,
+// dh1, drow; shared ones accumulated into dXq, dh2, dcol, dbeta (one set
+// per thread, reduced by the caller).
+template <typename scalar_t, int VP, int VQ>
+void backward_range(const Inputs<scalar_t>& in, const Options& o,
+                    const scalar_t* sqq, const scalar_t* grad_dist,
+                    const scalar_t* grad_parts, int64_t begin, int64_t end,
+                    scalar_t* dXp, scalar_t* dh1, scalar_t* drow,
+                    scalar_t* dXq, scalar_t* dh2, scalar_t* dcol,
+                    scalar_t* dbeta) {
+  Solver<scalar_t, VP, VQ> solver(o);
+  const int Vp = o.Vp, Vq = o.Vq, d = o.d;
+  for (int64_t m = begin; m < end; ++m) {
+    solver.set_location(in, m);
+    for (int n = 0; n < o.N; ++n) {
+      solver.solve(in, sqq, n);
+      solver.value();  // leaves h1 T for the gradient of h2
+      solver.backward(grad_dist[m * o.N + n],
+                      grad_parts + (m * o.N + n) * Vq * d, dXp + m * Vp * d,
+                      dh1 + m * Vp * Vp, drow + m * Vp,
+                      dXq + int64_t(n) * Vq * d, dh2 + int64_t(n) * Vq * Vq,
+                      dcol + int64_t(n) * Vq, dbeta);
+    }
+  }
+}
+
+// Calls fn.template operator()<VP, VQ>() with compile-time sizes for the
+// shapes the layer uses by default (32 or 16 input types, 8 parts), and
+// with run-time sizes (0, 0) otherwise.
+template <typename Fn>
+void dispatch_sizes(int Vp, int Vq, Fn&& fn) {
+  if (Vq == 8 && Vp == 32) return fn.template operator()<32, 8>();
+  if (Vq == 8 && Vp == 16) return fn.template operator()<16, 8>();
+  return fn.template operator()<0, 0>();
+}
+
+}  // namespace mmhgw

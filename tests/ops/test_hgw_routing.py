@@ -1,0 +1,189 @@
+"""The fused HGW routing op against its torch reference (the oracle)."""
+import importlib
+import os
+import warnings
+
+import pytest
+import torch
+
+from mmhgw.ops import (cpp_available, hgw_routing, hgw_routing_reference,
+                       triton_available)
+from mmhgw.ot import gw_factors
+
+# The module, not the function of the same name that mmhgw.ops exports.
+routing_module = importlib.import_module('mmhgw.ops.hgw_routing')
+
+#: (M, N, V_p, V_q, d): odd sizes (the generic loops), and the layer's
+#: shapes (V_q = 8 with V_p = 16 / 32: the SIMD path; d = 8 and d = 5).
+SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 3, 32, 8, 5)]
+
+
+def make_inputs(M, N, V_p, V_q, d, dtype, seed=0):
+    """Layer-like inputs: positive symmetric structures in (1/2, 1]."""
+    g = torch.Generator().manual_seed(seed)
+    X_p = torch.randn(M, V_p, d, generator=g, dtype=dtype)
+    X_q = torch.randn(N, V_q, d, generator=g, dtype=dtype)
+    C_p = 0.5 + 0.5 * torch.rand(M, V_p, V_p, generator=g, dtype=dtype)
+    C_q = 0.5 + 0.5 * torch.rand(N, V_q, V_q, generator=g, dtype=dtype)
+    C_p, C_q = (C_p + C_p.mT) / 2, (C_q + C_q.mT) / 2
+    p = torch.full((V_p, ), 1 / V_p, dtype=dtype)
+    q = torch.full((V_q, ), 1 / V_q, dtype=dtype)
+    row, col, h1, h2 = gw_factors(C_p, C_q, p, q)
+    inputs = [X_p, X_q, h1, h2, row, col, torch.tensor(0.5, dtype=dtype)]
+    return [t.detach().requires_grad_() for t in inputs]
+
+
+def relative(a, b):
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def fused_backends():
+    backends = ['torch']
+    if cpp_available():
+        backends.append('cpp')
+    return backends
+
+
+def test_cpp_extension_is_built():
+    """The set-up builds the extension; without it every CPU run falls back
+    to the torch reference, several times slower."""
+    if os.environ.get('MMHGW_NO_EXT') == '1':
+        pytest.skip('built without the extension on purpose')
+    assert cpp_available(), routing_module._ext_error
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('size', SIZES)
+@pytest.mark.parametrize('eps,routing,regularizer', [
+    (1e-3, 'hgw', 'proximal'), (1e-2, 'hgw', 'proximal'),
+    (1e-1, 'hgw', 'entropic'), (1e-3, 'uniform', 'proximal')])
+def test_backend_equals_reference(backend, dtype, size, eps, routing,
+                                  regularizer):
+    inputs = make_inputs(*size, dtype)
+    options = dict(eps=eps, outer_iters=3, inner_iters=4,
+                   regularizer=regularizer, routing=routing)
+    dist_ref, parts_ref = hgw_routing_reference(*inputs, **options)
+    gd, gp = torch.randn_like(dist_ref), torch.randn_like(parts_ref)
+    grads_ref = torch.autograd.grad((dist_ref, parts_ref), inputs, (gd, gp))
+    dist, parts = hgw_routing(*inputs, backend=backend, **options)
+    grads = torch.autograd.grad((dist, parts), inputs, (gd, gp))
+    assert relative(dist, dist_ref) < 1e-5
+    assert relative(parts, parts_ref) < 1e-5
+    names = ['X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta']
+    for name, g, g_ref in zip(names, grads, grads_ref):
+        assert relative(g, g_ref) < 1e-4, name
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+def test_leading_dims_and_only_one_output_used(backend):
+    inputs = make_inputs(6, 3, 7, 5, 3, torch.float64)
+    X_p, X_q, h1, h2, row, col, beta = inputs
+    options = dict(eps=1e-2, outer_iters=2, inner_iters=3)
+    dist, parts = hgw_routing(X_p.view(2, 3, 7, 3), X_q,
+                              h1.view(2, 3, 7, 7), h2, row.view(2, 3, 7),
+                              col, beta, backend=backend, **options)
+    assert dist.shape == (2, 3, 3) and parts.shape == (2, 3, 3, 5, 3)
+    flat_dist, flat_parts = hgw_routing_reference(*inputs, **options)
+    torch.testing.assert_close(dist.reshape(6, 3), flat_dist)
+    # Only the distances reach the loss: the parts' gradient is None.
+    (g_fused, ) = torch.autograd.grad(dist.sum(), [X_q])
+    (g_ref, ) = torch.autograd.grad(flat_dist.sum(), [X_q])
+    torch.testing.assert_close(g_fused, g_ref)
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+def test_backward_keeps_nothing_plan_sized(backend):
+    M, N, V_p, V_q, d = 40, 32, 16, 8, 8
+    inputs = make_inputs(M, N, V_p, V_q, d, torch.float32)
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        dist, parts = hgw_routing(*inputs, eps=1e-3, outer_iters=2,
+                                  inner_iters=3, backend=backend)
+    # The largest saved tensor is an input: h1 [M, V_p, V_p] (a plan is
+    # M N V_p V_q = 8x larger here).
+    assert max(saved) == M * V_p * V_p
+    (dist.sum() + parts.square().sum()).backward()
+    assert all(torch.isfinite(t.grad).all() for t in inputs)
+
+
+def test_auto_falls_back_to_torch_with_one_warning(monkeypatch):
+    monkeypatch.setattr(routing_module, '_ext', None)
+    monkeypatch.setattr(routing_module, '_ext_error', 'not built (test)')
+    monkeypatch.setattr(routing_module, '_warned_fallback', False)
+    inputs = make_inputs(3, 2, 5, 4, 3, torch.float64)
+    with pytest.warns(UserWarning, match='falls back to the torch reference'):
+        first = hgw_routing(*inputs, outer_iters=2, inner_iters=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        second = hgw_routing(*inputs, outer_iters=2, inner_iters=2)
+    torch.testing.assert_close(first, second)
+    with pytest.raises(RuntimeError, match='not built'):
+        hgw_routing(*inputs, outer_iters=2, inner_iters=2, backend='cpp')
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_16_bit_inputs_are_solved_in_float32(dtype):
+    inputs = [t.detach() for t in make_inputs(4, 3, 7, 5, 3, torch.float32)]
+    options = dict(eps=1e-3, outer_iters=3, inner_iters=5)
+    low = [t.to(dtype) for t in inputs]
+    dist, parts = hgw_routing(*low, **options)
+    assert dist.dtype == dtype and parts.dtype == dtype
+    ref, _ = hgw_routing_reference(*[t.float() for t in low], **options)
+    torch.testing.assert_close(dist.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize('change,match', [
+    (dict(h1=torch.ones(3, 5, 4)), 'h1 must have shape'),
+    (dict(row=torch.ones(2, 5)), 'row must have shape'),
+    (dict(col=torch.ones(2, 3)), 'col must have shape'),
+    (dict(X_q=torch.ones(2, 4, 2)), 'X_q must have shape'),
+    (dict(beta=torch.ones(2)), 'beta must be a number'),
+])
+def test_bad_shapes_name_the_argument(change, match):
+    names = ['X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta']
+    args = dict(zip(names, make_inputs(3, 2, 5, 4, 3, torch.float32)))
+    args.update(change)
+    with pytest.raises(ValueError, match=match):
+        hgw_routing(*args.values(), outer_iters=1, inner_iters=1)
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(backend='cuda'), 'backend must be one of'),
+    (dict(routing='dynamic'), 'routing must be one of'),
+    (dict(eps=0.0), 'eps must be'),
+    (dict(outer_iters=0), 'outer_iters must be'),
+])
+def test_bad_options_raise(kwargs, match):
+    options = dict(outer_iters=1, inner_iters=1)
+    options.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        hgw_routing(*make_inputs(3, 2, 5, 4, 3, torch.float32), **options)
+
+
+def test_explicit_triton_backend_without_cuda_raises():
+    if triton_available() and torch.cuda.is_available():
+        pytest.skip('CUDA present')
+    inputs = make_inputs(3, 2, 5, 4, 3, torch.float32)
+    with pytest.raises((RuntimeError, ValueError), match='triton'):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.delenv('TRITON_INTERPRET', raising=False)
+            hgw_routing(*inputs, outer_iters=1, inner_iters=1,
+                        backend='triton')
+
+
+def test_tracing_records_the_reference_operations():
+    inputs = [t.detach() for t in make_inputs(3, 2, 5, 4, 3, torch.float64)]
+
+    def f(*args):
+        return hgw_routing(*args, outer_iters=2, inner_iters=2)
+
+    traced = torch.jit.trace(f, tuple(inputs), check_trace=False)
+    kinds = {node.kind() for node in traced.graph.nodes()}
+    assert 'aten::exp' in kinds and 'prim::PythonOp' not in kinds
+    torch.testing.assert_close(traced(*inputs), f(*inputs))
