@@ -77,6 +77,16 @@ def _narrower_than_float32(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point and torch.finfo(dtype).bits < 32
 
 
+def _autocast_off(device_type: str):
+    """Under AMP, autocast would run the solver's products in 16 bits."""
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type autocast does not know ('meta')
+        return nullcontext()
+    return torch.autocast(device_type, enabled=False) if enabled \
+        else nullcontext()
+
+
 @MODELS.register_module()
 class HGWCaps(BaseModule):
     """Hybrid Gromov-Wasserstein capsules in place of a k x k convolution.
@@ -465,10 +475,7 @@ class HGWCaps(BaseModule):
         in_dtype = x.dtype
         if _narrower_than_float32(in_dtype):
             x = x.to(self.subcapsules.dtype)
-        # Under AMP, autocast would run the solver's products in 16 bits.
-        no_autocast = torch.autocast(x.device.type, enabled=False) \
-            if torch.is_autocast_enabled(x.device.type) else nullcontext()
-        with no_autocast:
+        with _autocast_off(x.device.type):
             out, reg, dist = self.forward_terms(x)
         if self.training:
             if reg is not None:
