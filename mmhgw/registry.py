@@ -27,8 +27,9 @@ def downstream_registry(package: str, name: str):
 DET_MODELS = downstream_registry('mmdet', 'MODELS')
 SEG_MODELS = downstream_registry('mmseg', 'MODELS')
 SEG_DATASETS = downstream_registry('mmseg', 'DATASETS')
+SEG_TRANSFORMS = downstream_registry('mmseg', 'TRANSFORMS')
 
 __all__ = [
     'MODELS', 'HOOKS', 'DET_MODELS', 'SEG_MODELS', 'SEG_DATASETS',
-    'package_available', 'downstream_registry'
+    'SEG_TRANSFORMS', 'package_available', 'downstream_registry'
 ]

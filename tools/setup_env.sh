@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Creates (or completes) the project's virtual environment in $VENV.
+# Creates, completes or repairs the project's virtual environment in $VENV.
 # Order matters: torch first, then mmcv's build tools, then mmcv compiled
 # against that torch with its ops, then the rest, then mmhgw itself.
 # Each step is skipped when what it installs is already importable, so a
 # second run costs seconds. PIP_FIND_LINKS is honoured by pip as usual.
+# Repairs: a venv whose python does not run is made anew; one without pip
+# gets it (ensurepip); an mmcv whose compiled ops no longer import (torch
+# changed underneath, say) is rebuilt, not reported as installed.
 set -euo pipefail
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 PIP="$VENV/bin/python -m pip"
+
+die() { echo "[setup] error: $*" >&2; exit 1; }
 
 have() { "$VENV/bin/python" - "$@" <<'PY' 2>/dev/null
 import importlib.metadata as md, sys
@@ -26,9 +31,20 @@ PY
 
 reqs() { grep -v '^\s*#' "$1" | sed '/^\s*$/d'; }
 
-if [ ! -x "$VENV/bin/python" ]; then
+if [ -e "$VENV" ] && ! "$VENV/bin/python" -c '' 2>/dev/null; then
+    # Half-created, or its interpreter is gone: start it again.
+    echo "[setup] $VENV has no working python; creating it anew"
+    "$PYTHON" -m venv --clear "$VENV"
+elif [ ! -e "$VENV" ]; then
     echo "[setup] creating $VENV with $($PYTHON --version)"
     "$PYTHON" -m venv "$VENV"
+fi
+if ! $PIP --version >/dev/null 2>&1; then
+    echo "[setup] $VENV has no pip; installing it with ensurepip"
+    "$VENV/bin/python" -m ensurepip --upgrade >/dev/null \
+        || die "ensurepip failed in $VENV; remove it and run again"
+fi
+if ! have "pip>=24" packaging; then
     $PIP install -q --upgrade "pip>=24" packaging
 fi
 
@@ -46,17 +62,44 @@ if ! have "${build_reqs[@]}"; then
     $PIP install -q "${build_reqs[@]}"
 fi
 
+# The compiled ops, not just the package: they break when torch changes.
+mmcv_ops_work() { "$VENV/bin/python" -c "from mmcv.ops import nms" 2>/dev/null; }
+
 mapfile -t mmcv_reqs < <(reqs requirements/mmcv.txt)
-if ! have "${mmcv_reqs[@]}" || ! "$VENV/bin/python" -c "import mmcv.ops" 2>/dev/null; then
+if ! have "${mmcv_reqs[@]}" || ! mmcv_ops_work; then
     export MMCV_WITH_OPS=1
     if [ -z "${FORCE_CUDA:-}" ] && command -v nvcc >/dev/null 2>&1 \
         && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 \
         && "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.version.cuda else 1)"; then
         export FORCE_CUDA=1
     fi
+    # Fail now, not 20 minutes into the build. A prebuilt wheel offered
+    # through PIP_FIND_LINKS needs no compiler.
+    cxx=${CXX:-}
+    if [ -z "$cxx" ]; then
+        for candidate in c++ g++ clang++; do
+            if command -v "$candidate" >/dev/null 2>&1; then cxx=$candidate; break; fi
+        done
+    fi
+    if [ -z "${PIP_FIND_LINKS:-}" ] && { [ -z "$cxx" ] || ! command -v "$cxx" >/dev/null 2>&1; }; then
+        die "no C++ compiler found (c++, g++ or clang++ on PATH, or \$CXX):" \
+            "mmcv's ops are compiled from source. Install one (e.g." \
+            "apt-get install g++) or offer a prebuilt mmcv wheel through PIP_FIND_LINKS."
+    fi
+    repair=()
+    if have "${mmcv_reqs[@]}"; then
+        # Installed but its ops do not import: pip would call it satisfied,
+        # and its wheel cache would hand back the same broken build.
+        echo "[setup] mmcv is installed but its ops do not import; rebuilding it"
+        repair=(--force-reinstall --no-deps --no-cache-dir)
+    fi
     echo "[setup] building ${mmcv_reqs[*]} with ops (FORCE_CUDA=${FORCE_CUDA:-0});" \
          "from source this takes ~20 min on 2 cores"
-    $PIP install --no-build-isolation "${mmcv_reqs[@]}"
+    $PIP install --no-build-isolation "${repair[@]}" "${mmcv_reqs[@]}"
+    if ! mmcv_ops_work; then
+        "$VENV/bin/python" -c "from mmcv.ops import nms" || true
+        die "mmcv was installed but its ops still do not import (see above)"
+    fi
 fi
 
 mapfile -t runtime_reqs < <(reqs requirements/runtime.txt)
@@ -66,10 +109,18 @@ if ! have "${runtime_reqs[@]}" "${test_reqs[@]}"; then
     $PIP install -q "${torch_reqs[@]}" "${mmcv_reqs[@]}" "${runtime_reqs[@]}" "${test_reqs[@]}"
 fi
 
-# Checked from outside the repository, where only an installed mmhgw imports.
+# Checked from outside the repository, where only an installed mmhgw imports,
+# and as make test / make demo will use it.
 venv_python="$(cd "$VENV" && pwd)/bin/python"
-if ! (cd / && "$venv_python" -c "import mmhgw" 2>/dev/null); then
-    echo "[setup] installing mmhgw in editable mode"
-    $PIP install -q --no-deps --no-build-isolation -e .
+works() { (cd / && "$venv_python" -c "import torch, mmdet, mmseg, mmhgw; from mmcv.ops import nms" 2>/dev/null); }
+if ! works; then
+    if ! (cd / && "$venv_python" -c "import mmhgw" 2>/dev/null); then
+        echo "[setup] installing mmhgw in editable mode"
+        $PIP install -q --no-deps --no-build-isolation -e .
+    fi
+    if ! works; then
+        (cd / && "$venv_python" -c "import torch, mmdet, mmseg, mmhgw; from mmcv.ops import nms") || true
+        die "the environment in $VENV does not import (see above)"
+    fi
 fi
 echo "[setup] environment ready: $VENV"

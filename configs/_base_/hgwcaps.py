@@ -1,24 +1,7 @@
-# What every HGWCaps config shares: the plugin import, the capsule layer's
-# settings and the beta warm-up. Values marked "paper" are from the paper;
-# the others are this project's defaults (see docs/benchmarks.md for cost).
+# What every HGWCaps config on top of a stock mmdet / mmseg config shares:
+# the plugin import, the capsule layer's settings (hgw_layer.py) and the
+# hooks: beta warm-up, divergence guard, random states in checkpoints.
+_base_ = ['./hgw_layer.py']
+
 custom_imports = dict(imports=['mmhgw'], allow_failed_imports=False)
-
-hgw_cfg = dict(
-    type='HGWCaps',
-    in_types=32,  # 256 / 512 / 1024 channels -> capsules of dim 8 / 16 / 32
-    out_types=32,
-    num_parts=8,  # V_q, parts per subcapsule
-    part_dim=8,
-    eps=1e-3,  # paper
-    outer_iters=2,
-    inner_iters=3,
-    grad='envelope',
-    beta=0.5,  # final beta; 1.0 would drop the observed structure (abl. C)
-    reg_weight=10.0,  # paper's lambda
-    routing='hgw',
-    # Fused kernels (C++ on the CPU, Triton on CUDA); the plans are solved
-    # again in backward, so training keeps nothing plan-sized.
-    backend='auto')
-
-# beta_u = u / U (paper, Algorithm 1), over the first 1000 iterations.
-custom_hooks = [dict(type='HGWBetaWarmupHook', warmup_iters=1000)]
+custom_hooks = {{_base_.hgw_hooks}}

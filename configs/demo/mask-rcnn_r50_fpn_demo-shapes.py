@@ -6,6 +6,12 @@
 # pretrained weights can be fetched offline, a backbone trained from scratch
 # (BN statistics updated, no frozen stage).
 _base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py']
+# mmhgw provides the hooks below, and lets mmengine load this config's
+# checkpoints under torch's weights_only loading.
+custom_imports = dict(imports=['mmhgw'], allow_failed_imports=False)
+# The project's runtime additions: stop a diverged run before it writes a
+# NaN checkpoint; random generator states in checkpoints (exact resume).
+custom_hooks = [dict(type='NonFiniteGuardHook'), dict(type='RNGStateHook')]
 
 data_root = 'data/demo/coco/'
 classes = ('circle', 'square', 'triangle', 'star')

@@ -11,3 +11,6 @@ model = dict(
     decode_head=dict(num_classes=2),
     auxiliary_head=dict(num_classes=2),
     test_cfg=dict(mode='whole'))
+# The project's runtime additions: stop a diverged run before it writes a
+# NaN checkpoint; random generator states in checkpoints (exact resume).
+custom_hooks = [dict(type='NonFiniteGuardHook'), dict(type='RNGStateHook')]

@@ -13,3 +13,9 @@ model = dict(
     decode_head=dict(num_classes=21),
     auxiliary_head=dict(num_classes=21),
     test_cfg=dict(mode='whole'))
+# mmhgw provides the hooks below, and lets mmengine load this config's
+# checkpoints under torch's weights_only loading.
+custom_imports = dict(imports=['mmhgw'], allow_failed_imports=False)
+# The project's runtime additions: stop a diverged run before it writes a
+# NaN checkpoint; random generator states in checkpoints (exact resume).
+custom_hooks = [dict(type='NonFiniteGuardHook'), dict(type='RNGStateHook')]

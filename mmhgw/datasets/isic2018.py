@@ -1,13 +1,50 @@
 """ISIC-2018 Task 1 (lesion boundary segmentation) for MMSegmentation."""
-from mmhgw.registry import SEG_DATASETS
+import os.path as osp
+from typing import Sequence, Union
+
+from mmhgw.registry import SEG_DATASETS, SEG_TRANSFORMS
 
 __all__ = []
 
 #: Official ground-truth masks mark the lesion with 255 and the rest with 0.
 LESION_VALUE = 255
 
+#: Image suffixes of the official release (matched in any letter case).
+IMAGE_SUFFIXES = ('.jpg', '.jpeg')
+
+
+def _size(shape) -> str:
+    return f'{shape[1]}x{shape[0]}'
+
+
 if SEG_DATASETS is not None:
+    import mmcv
+    from mmcv.transforms import BaseTransform
+    from mmengine import fileio
     from mmseg.datasets import BaseSegDataset
+    from mmseg.datasets.transforms import LoadAnnotations
+
+    @SEG_TRANSFORMS.register_module()
+    class CheckSegMapSize(BaseTransform):
+        """Refuses a sample whose mask is not the size of its image.
+
+        Placed right after ``LoadAnnotations``: it compares the mask as
+        read with the image as read (``ori_shape``), whatever transforms
+        ran between. A later resize would otherwise stretch the mask to the
+        image and train on misaligned labels without a word.
+        """
+
+        def transform(self, results: dict) -> dict:
+            seg = results.get('gt_seg_map')
+            shape = results.get('ori_shape')
+            if seg is not None and shape is not None and \
+                    tuple(seg.shape[:2]) != tuple(shape[:2]):
+                raise ValueError(
+                    f'mask {results.get("seg_map_path")} is '
+                    f'{_size(seg.shape)} (WxH) but its image '
+                    f'{results.get("img_path")} is {_size(shape)}: they '
+                    f'must have the same size')
+            return results
 
     @SEG_DATASETS.register_module()
     class ISIC2018Dataset(BaseSegDataset):
@@ -22,16 +59,47 @@ if SEG_DATASETS is not None:
 
             data_root/images/{train,val,test}/ISIC_0000000.jpg
             data_root/annotations/{train,val,test}/ISIC_0000000_segmentation.png
+
+        Bad data fails clearly rather than training quietly: a split
+        without images names its folder; a mask whose size differs from
+        its image's names both files and sizes (:class:`CheckSegMapSize`,
+        put after every ``LoadAnnotations`` of the pipeline); an unreadable
+        image or mask is named.
+
+        Args:
+            img_suffix: image suffix, or several; matched in any letter case
+                (``.JPG`` too). With an ``ann_file`` (image names without
+                suffix) the first existing file of these suffixes is used.
+            seg_map_suffix: what replaces the image suffix in a mask's name.
+            reduce_zero_label: as mmseg's datasets (no: 0 is background).
+            check_mask_size: insert :class:`CheckSegMapSize` after each
+                ``LoadAnnotations`` of the pipeline.
+            **kwargs: ``BaseSegDataset``'s arguments.
         """
         METAINFO = dict(classes=('background', 'lesion'),
                         palette=[[0, 0, 0], [255, 255, 255]])
 
-        def __init__(self, img_suffix='.jpg',
-                     seg_map_suffix='_segmentation.png',
-                     reduce_zero_label=False, **kwargs):
-            super().__init__(img_suffix=img_suffix,
+        def __init__(self,
+                     img_suffix: Union[str, Sequence[str]] = IMAGE_SUFFIXES,
+                     seg_map_suffix: str = '_segmentation.png',
+                     reduce_zero_label: bool = False,
+                     check_mask_size: bool = True,
+                     **kwargs):
+            suffixes = (img_suffix, ) if isinstance(img_suffix, str) \
+                else tuple(img_suffix)
+            if not suffixes or not all(isinstance(s, str) and s
+                                       for s in suffixes):
+                raise ValueError(f'img_suffix must be a non-empty suffix or '
+                                 f'sequence of them, got {img_suffix!r}')
+            self.img_suffixes = suffixes
+            super().__init__(img_suffix=suffixes[0],
                              seg_map_suffix=seg_map_suffix,
                              reduce_zero_label=reduce_zero_label, **kwargs)
+            if check_mask_size:
+                transforms = self.pipeline.transforms
+                for i in reversed(range(len(transforms))):
+                    if isinstance(transforms[i], LoadAnnotations):
+                        transforms.insert(i + 1, CheckSegMapSize())
 
         @classmethod
         def get_label_map(cls, new_classes=None):
@@ -40,4 +108,93 @@ if SEG_DATASETS is not None:
             label_map[LESION_VALUE] = label_map.pop(1, 1)
             return label_map
 
-    __all__.append('ISIC2018Dataset')
+        def _image_stem(self, name: str):
+            """``name`` without its image suffix, or None if it has none."""
+            lower = name.lower()
+            for suffix in self.img_suffixes:
+                if lower.endswith(suffix.lower()):
+                    return name[:-len(suffix)]
+            return None
+
+        def _info(self, img_path: str, stem: str) -> dict:
+            ann_dir = self.data_prefix.get('seg_map_path', None)
+            info = dict(img_path=img_path, label_map=self.label_map,
+                        reduce_zero_label=self.reduce_zero_label,
+                        seg_fields=[])
+            if ann_dir is not None:
+                info['seg_map_path'] = osp.join(ann_dir,
+                                                stem + self.seg_map_suffix)
+            return info
+
+        def load_data_list(self):
+            img_dir = self.data_prefix.get('img_path', None)
+            wanted = '/'.join(self.img_suffixes)
+            if self.ann_file and not osp.isdir(self.ann_file):
+                data_list = []
+                for line in fileio.list_from_file(
+                        self.ann_file, backend_args=self.backend_args):
+                    stem = line.strip()
+                    if not stem:
+                        continue
+                    candidates = [
+                        osp.join(img_dir, stem + s) for suffix in
+                        self.img_suffixes for s in (suffix, suffix.upper())
+                    ]
+                    found = [p for p in candidates
+                             if fileio.exists(p, self.backend_args)]
+                    if not found:
+                        raise FileNotFoundError(
+                            f'{self.ann_file} lists {stem!r}, but no image '
+                            f'{stem}{{{wanted}}} is in {img_dir}')
+                    data_list.append(self._info(found[0], stem))
+                source = f'{self.ann_file} (images in {img_dir})'
+            else:
+                if img_dir is None or not fileio.isdir(
+                        img_dir, self.backend_args):
+                    raise FileNotFoundError(
+                        f'{type(self).__name__}: image folder {img_dir} '
+                        f'does not exist (data_root + '
+                        f'data_prefix.img_path)')
+                data_list = []
+                for name in fileio.list_dir_or_file(
+                        dir_path=img_dir, list_dir=False, recursive=True,
+                        backend_args=self.backend_args):
+                    stem = self._image_stem(name)
+                    if stem is not None:
+                        data_list.append(
+                            self._info(osp.join(img_dir, name), stem))
+                data_list.sort(key=lambda x: x['img_path'])
+                source = img_dir
+            if not data_list:
+                raise FileNotFoundError(
+                    f'{type(self).__name__}: no images ({wanted}, any '
+                    f'letter case) in {source}: an empty split')
+            return data_list
+
+        def prepare_data(self, idx):
+            try:
+                return super().prepare_data(idx)
+            except Exception as err:
+                # Name the file that cannot be read: the stock transforms
+                # fail on a corrupt mask with an error that names none.
+                info = self.get_data_info(idx)
+                for what, key, flag in (('image', 'img_path', 'color'),
+                                        ('mask', 'seg_map_path',
+                                         'unchanged')):
+                    path = info.get(key)
+                    if path is None:
+                        continue
+                    try:
+                        ok = mmcv.imfrombytes(
+                            fileio.get(path, backend_args=self.backend_args),
+                            flag=flag) is not None
+                    except Exception:
+                        ok = False
+                    if not ok:
+                        raise ValueError(
+                            f'cannot read {what} {path}: a missing, corrupt '
+                            f'or truncated file ({type(err).__name__}: '
+                            f'{err})') from err
+                raise
+
+    __all__ += ['ISIC2018Dataset', 'CheckSegMapSize']

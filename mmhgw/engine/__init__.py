@@ -1,7 +1,8 @@
 from .checkpoint import allow_mmengine_checkpoints
-from .hooks import HGWBetaWarmupHook, RankConsistencyHook, hgw_modules
+from .hooks import (HGWBetaWarmupHook, NonFiniteGuardHook, RankConsistencyHook,
+                    RNGStateHook, hgw_modules)
 
 __all__ = [
-    'allow_mmengine_checkpoints', 'HGWBetaWarmupHook', 'RankConsistencyHook',
-    'hgw_modules'
+    'allow_mmengine_checkpoints', 'HGWBetaWarmupHook', 'NonFiniteGuardHook',
+    'RankConsistencyHook', 'RNGStateHook', 'hgw_modules'
 ]

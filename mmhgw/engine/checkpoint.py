@@ -7,16 +7,28 @@ MessageHub's ``HistoryBuffer`` objects (which keep numpy arrays) and numpy
 scalars. Exactly those globals are allow-listed here; the safety of
 ``weights_only`` stays on for everything else.
 
-One needs care: ``HistoryBuffer.__getstate__`` pickles its statistics
+Two need care. ``HistoryBuffer.__getstate__`` pickles its statistics
 methods as ``getattr(HistoryBuffer, 'mean')`` and so on. Allow-listing the
 builtin ``getattr`` would let a crafted file reach any attribute of any
 allowed object, so the pickled name ``builtins.getattr`` is bound instead to
-:func:`history_buffer_getattr`, which resolves only those methods.
+:func:`history_buffer_getattr`, which resolves only those methods. And
+``HistoryBuffer.__setstate__`` merges the pickled methods into the
+class-level table every buffer of the process uses, so a crafted state
+could make every logged mean a max; the pickled name ``HistoryBuffer`` is
+bound to :class:`CheckedHistoryBuffer`, which refuses any state but a
+buffer's own and leaves the table as it is.
+
+Importing mmhgw also makes a checkpoint that cannot be read (empty, text,
+truncated) fail with an error naming the file
+(:func:`checked_local_loader`), wherever mmengine loads one: the Runner's
+``load_from`` / ``resume``, ``load_checkpoint``, the tools.
 """
+import os.path as osp
 import pickle
 
 import numpy as np
 import torch
+from mmengine.logging.history_buffer import HistoryBuffer
 
 if int(np.__version__.split('.')[0]) >= 2:  # helpers moved in numpy 2
     from numpy._core import multiarray as _multiarray
@@ -33,10 +45,54 @@ _NUMPY_SCALARS = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
 HISTORY_BUFFER_METHODS = ('min', 'max', 'current', 'mean')
 
 
+#: What ``HistoryBuffer`` pickles besides ``statistics_methods``.
+HISTORY_BUFFER_STATE = {'max_length': int, '_log_history': np.ndarray,
+                        '_count_history': np.ndarray}
+
+
+class CheckedHistoryBuffer(HistoryBuffer):
+    """Stands in for ``HistoryBuffer`` while a checkpoint loads.
+
+    Accepts only a buffer's own state (``HISTORY_BUFFER_STATE`` with their
+    types) and statistics methods that are the ones already registered
+    under their names, so that loading cannot change the class-level table
+    that every buffer of the process computes its statistics with. Once
+    checked, the object becomes a plain ``HistoryBuffer`` (and is saved as
+    one again).
+    """
+
+    def __setstate__(self, state):
+        if not isinstance(state, dict):
+            raise pickle.UnpicklingError(
+                f'HistoryBuffer state must be a dict, got {type(state)}')
+        state = dict(state)
+        methods = state.pop('statistics_methods', {})
+        if not isinstance(methods, dict):
+            raise pickle.UnpicklingError(
+                'HistoryBuffer statistics_methods must be a dict')
+        registered = dict(HistoryBuffer._statistics_methods)
+        registered.update((n, getattr(HistoryBuffer, n))
+                          for n in HISTORY_BUFFER_METHODS)
+        for name, method in methods.items():
+            if registered.get(name) is not method:
+                raise pickle.UnpicklingError(
+                    f'refusing HistoryBuffer statistics method {name!r} = '
+                    f'{method!r} while loading a checkpoint: loading may not '
+                    f'change the methods registered in this process')
+        for name, value in state.items():
+            kind = HISTORY_BUFFER_STATE.get(name)
+            if kind is None or not isinstance(value, kind):
+                raise pickle.UnpicklingError(
+                    f'refusing HistoryBuffer attribute {name!r} of type '
+                    f'{type(value).__name__} while loading a checkpoint')
+        self.__class__ = HistoryBuffer
+        HistoryBuffer.__setstate__(self, state)
+
+
 def history_buffer_getattr(owner, name):
     """``getattr`` restricted to ``HistoryBuffer``'s statistics methods."""
-    from mmengine.logging.history_buffer import HistoryBuffer
-    if owner is HistoryBuffer and name in HISTORY_BUFFER_METHODS:
+    if owner in (HistoryBuffer, CheckedHistoryBuffer) and \
+            name in HISTORY_BUFFER_METHODS:
         return getattr(HistoryBuffer, name)
     raise pickle.UnpicklingError(
         f'refusing getattr({owner!r}, {name!r}) while loading a checkpoint: '
@@ -45,9 +101,9 @@ def history_buffer_getattr(owner, name):
 
 def mmengine_checkpoint_globals():
     """The globals an mmengine Runner checkpoint pickles besides tensors."""
-    from mmengine.logging.history_buffer import HistoryBuffer
     return [
-        HistoryBuffer,
+        (CheckedHistoryBuffer,
+         f'{HistoryBuffer.__module__}.{HistoryBuffer.__qualname__}'),
         (history_buffer_getattr, 'builtins.getattr'),
         _multiarray._reconstruct,
         _multiarray.scalar,
@@ -61,7 +117,88 @@ def allow_mmengine_checkpoints():
     """Allow-list :func:`mmengine_checkpoint_globals` for ``torch.load``.
 
     Idempotent; a no-op on torch releases without ``add_safe_globals``.
+    A plain allow-listing of ``HistoryBuffer`` (by other code) is replaced
+    by the checked stand-in: torch keeps the allow-list in a set, so with
+    both it would be chance which one a checkpoint gets.
     """
     add = getattr(torch.serialization, 'add_safe_globals', None)
     if add is not None:
+        current = torch.serialization.get_safe_globals()
+        if HistoryBuffer in current:
+            torch.serialization.clear_safe_globals()
+            add([g for g in current if g is not HistoryBuffer])
         add(mmengine_checkpoint_globals())
+    use_checked_local_loader()
+
+
+def _head(filename: str) -> bytes:
+    with open(filename, 'rb') as f:
+        return f.read(64)
+
+
+def looks_like_torch_file(filename: str) -> bool:
+    # torch.save writes a zip archive; the legacy format starts with a
+    # pickle protocol opcode.
+    head = _head(filename)
+    return head.startswith(b'PK') or head[:1] == b'\x80'
+
+
+def describe_unreadable(filename: str) -> str:
+    """Why ``filename`` is no checkpoint, in words, from its first bytes."""
+    size = osp.getsize(filename)
+    if size == 0:
+        return 'the file is empty (0 bytes; an interrupted save?)'
+    head = _head(filename)
+    if looks_like_torch_file(filename):
+        return (f'it looks like a PyTorch file of {size} bytes but cannot '
+                f'be read: truncated or corrupt?')
+    try:
+        text = head.decode('utf-8')
+    except UnicodeDecodeError:
+        return f'it is not a PyTorch checkpoint ({size} bytes)'
+    return (f'it is a text file, not a PyTorch checkpoint ({size} bytes, '
+            f'starting {text[:32]!r})')
+
+
+def checked_local_loader(loader):
+    """Wrap mmengine's local checkpoint loader ``loader(filename,
+    map_location)`` so that unreadable files fail naming the file and what
+    is wrong with it (torch alone says ``EOFError`` or ``IndexError``)."""
+
+    def load_from_local(filename, map_location):
+        try:
+            return loader(filename, map_location)
+        except FileNotFoundError:
+            raise
+        except pickle.UnpicklingError as err:
+            # torch's weights_only refusals of a real checkpoint keep their
+            # type and explanation; for anything else its advice (load with
+            # weights_only=False) would mislead.
+            path = osp.expanduser(filename)
+            if not (osp.isfile(path) and looks_like_torch_file(path)):
+                raise RuntimeError(f'cannot load checkpoint {filename}: '
+                                   f'{describe_unreadable(path)}') from err
+            raise pickle.UnpicklingError(
+                f'cannot load checkpoint {filename}: {err}') from err
+        except Exception as err:
+            path = osp.expanduser(filename)
+            if not osp.isfile(path):
+                raise
+            raise RuntimeError(
+                f'cannot load checkpoint {filename}: '
+                f'{describe_unreadable(path)} ({type(err).__name__}: '
+                f'{err})') from err
+
+    load_from_local.mmhgw_checked = True
+    return load_from_local
+
+
+def use_checked_local_loader():
+    """Put :func:`checked_local_loader` around mmengine's loader of local
+    files (idempotent)."""
+    from mmengine.runner.checkpoint import CheckpointLoader
+    loader = CheckpointLoader._schemes.get('')
+    if loader is None or getattr(loader, 'mmhgw_checked', False):
+        return
+    CheckpointLoader.register_scheme(
+        prefixes='', loader=checked_local_loader(loader), force=True)

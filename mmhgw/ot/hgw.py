@@ -312,6 +312,9 @@ def _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
             raise ValueError(f'{name} must be square in its last two dims, '
                              f'got shape {tuple(M.shape)}')
     V_p, V_q = C_p.shape[-1], C_q.shape[-1]
+    if V_p < 1 or V_q < 1:
+        raise ValueError(f'C_p and C_q must have at least one component, '
+                         f'got V_p={V_p}, V_q={V_q}')
     if K.shape[-2:] != (V_p, V_q):
         raise ValueError(f'K must end in (V_p, V_q) = ({V_p}, {V_q}), '
                          f'got shape {tuple(K.shape)}')
@@ -327,12 +330,17 @@ def _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
         raise ValueError('leading dims of C_p, C_q, K (and p, q) must '
                          f'broadcast: {err}') from None
     if torch.is_tensor(beta):
+        # beta scales K [..., V_p, V_q]: it must broadcast to that shape
+        # without enlarging it.
+        full = batch + (V_p, V_q)
         try:
-            torch.broadcast_shapes(beta.shape, batch + (1, 1))
+            fits = torch.broadcast_shapes(beta.shape, full) == full
         except RuntimeError:
+            fits = False
+        if not fits:
             raise ValueError(f'beta of shape {tuple(beta.shape)} does not '
-                             f'broadcast against [..., V_p, V_q] with leading '
-                             f'dims {tuple(batch)}') from None
+                             f'broadcast to [..., V_p, V_q] = '
+                             f'{tuple(full)}')
     if not check_values:
         return
     if loss == 'kl':

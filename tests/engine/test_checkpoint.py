@@ -99,3 +99,63 @@ def test_unlisted_globals_stay_refused(tmp_path):
     torch.save({'f': pickle.dumps}, path)
     with pytest.raises(pickle.UnpicklingError):
         torch.load(path)
+
+
+def crafted_history_buffer_file(path, monkeypatch, **extra):
+    """A checkpoint whose HistoryBuffer state carries ``extra`` entries."""
+    from mmengine.logging.history_buffer import HistoryBuffer
+    buf = HistoryBuffer([1.0, 3.0], [1, 1])
+    state = dict(buf.__getstate__(), **extra)
+    with monkeypatch.context() as m:
+        m.setattr(HistoryBuffer, '__getstate__', lambda self: state)
+        torch.save({'message_hub': {'log_scalars': {'train/loss': buf}}},
+                   path)
+
+
+@pytest.mark.parametrize('extra', [
+    'swap_methods', 'shadow_table', 'foreign_attribute'])
+def test_crafted_history_buffer_cannot_rewrite_statistics(
+        tmp_path, monkeypatch, extra):
+    from mmengine.logging.history_buffer import HistoryBuffer
+    HistoryBuffer()  # registers the default statistics
+    table = dict(HistoryBuffer._statistics_methods)
+    kwargs = dict(
+        swap_methods=dict(statistics_methods=dict(
+            mean=HistoryBuffer.max, current=HistoryBuffer.min)),
+        shadow_table=dict(_statistics_methods=dict(mean=HistoryBuffer.max)),
+        foreign_attribute=dict(update=HistoryBuffer.max))[extra]
+    path = tmp_path / 'crafted.pth'
+    crafted_history_buffer_file(path, monkeypatch, **kwargs)
+    try:
+        with pytest.raises(pickle.UnpicklingError, match='refusing'):
+            torch.load(path)
+        assert HistoryBuffer._statistics_methods == table
+        fresh = HistoryBuffer([1.0, 3.0], [1, 1])
+        assert fresh.mean() == 2.0 and fresh.statistics('mean') == 2.0
+    finally:  # never leave a poisoned table behind for other tests
+        HistoryBuffer._statistics_methods.clear()
+        HistoryBuffer._statistics_methods.update(table)
+
+
+def test_genuine_history_buffer_loads_as_itself(tmp_path):
+    from mmengine.logging.history_buffer import HistoryBuffer
+    buf = HistoryBuffer([1.0, 3.0, 8.0], [1, 1, 1], max_length=7)
+    torch.save({'b': buf}, tmp_path / 'hub.pth')
+    loaded = torch.load(tmp_path / 'hub.pth')['b']
+    assert type(loaded) is HistoryBuffer
+    assert loaded.max_length == 7
+    assert loaded.mean() == 4.0 and loaded.statistics('max') == 8.0
+
+
+@pytest.mark.parametrize('content,what', [
+    (b'', 'is empty'), (b'not a checkpoint\n', 'text file'),
+    (b'PK\x03\x04' + b'\x00' * 20, 'truncated or corrupt')])
+def test_unreadable_checkpoint_names_the_file(tmp_path, content, what):
+    from mmengine.runner import load_checkpoint
+    path = tmp_path / 'epoch_3.pth'
+    path.write_bytes(content)
+    with pytest.raises(RuntimeError, match=f'epoch_3.pth.*{what}'):
+        load_checkpoint(nn.Linear(2, 2), str(path), logger='silent')
+    runner = make_runner(tmp_path / 'run', max_iters=1)
+    with pytest.raises(RuntimeError, match=f'epoch_3.pth.*{what}'):
+        runner.load_checkpoint(str(path))

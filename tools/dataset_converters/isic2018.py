@@ -14,7 +14,10 @@ This tool links (or copies) them into::
     OUT/annotations/{train,val,test}/ISIC_*_segmentation.png
 
 Masks are kept as published (0 / 255); the dataset maps 255 to class 1.
-Images without a mask (and the reverse) are reported and skipped.
+Images without a mask (and the reverse) are reported and skipped; a split
+whose folders hold no pair is an error. Images may end in ``.jpg`` or
+``.jpeg`` in any letter case. Running again brings ``OUT`` up to date: with
+``--copy``, copies whose source changed (size or time) are copied again.
 
     python tools/dataset_converters/isic2018.py DOWNLOAD_DIR -o data/ISIC2018
 """
@@ -32,31 +35,74 @@ SPLITS = {
     'test': ('ISIC2018_Task1-2_Test_Input', 'ISIC2018_Task1_Test_GroundTruth'),
 }
 MASK_SUFFIX = '_segmentation.png'
+#: Image suffixes of the release, matched in any letter case.
+IMAGE_SUFFIXES = ('.jpg', '.jpeg')
+
+
+def list_split(folder, suffixes):
+    """``{stem: file name}`` of the files in ``folder`` ending (in any
+    letter case) in one of ``suffixes``."""
+    found = {}
+    for name in os.listdir(folder):
+        lower = name.lower()
+        for suffix in suffixes:
+            if lower.endswith(suffix):
+                found[name[:-len(suffix)]] = name
+                break
+    return found
+
+
+def place(src, dst, copy):
+    """Link or copy ``src`` to ``dst``; returns whether ``dst`` changed.
+
+    An existing copy is replaced when its size or modification time differ
+    from the source's (a corrected mask), a link when it points elsewhere,
+    and either when the other mode made it.
+    """
+    if copy:
+        if osp.lexists(dst) and not osp.islink(dst):
+            have, want = os.stat(dst), os.stat(src)
+            if (have.st_size, have.st_mtime_ns) == (want.st_size,
+                                                    want.st_mtime_ns):
+                return False
+        if osp.lexists(dst):
+            os.remove(dst)
+        shutil.copy2(src, dst)  # keeps the mtime the next run compares
+        return True
+    if osp.islink(dst) and os.readlink(dst) == src:
+        return False
+    if osp.lexists(dst):
+        os.remove(dst)
+    os.symlink(src, dst)
+    return True
 
 
 def convert_split(src, out, split, image_dir, mask_dir, copy):
-    images = {f[:-4] for f in os.listdir(osp.join(src, image_dir))
-              if f.endswith('.jpg')}
-    masks = {f[:-len(MASK_SUFFIX)] for f in os.listdir(osp.join(src, mask_dir))
-             if f.endswith(MASK_SUFFIX)}
-    paired = sorted(images & masks)
-    for missing, what in ((images - masks, 'mask'), (masks - images, 'image')):
+    """Place the image/mask pairs of one split; returns their number."""
+    images = list_split(osp.join(src, image_dir), IMAGE_SUFFIXES)
+    masks = list_split(osp.join(src, mask_dir), (MASK_SUFFIX, ))
+    paired = sorted(images.keys() & masks.keys())
+    for missing, what in ((images.keys() - masks.keys(), 'mask'),
+                          (masks.keys() - images.keys(), 'image')):
         if missing:
             print(f'[{split}] {len(missing)} without a {what}, skipped: '
                   f'{", ".join(sorted(missing)[:5])}...', file=sys.stderr)
-    place = shutil.copy2 if copy else os.symlink
+    if not paired:
+        return 0
     for sub in ('images', 'annotations'):
         os.makedirs(osp.join(out, sub, split), exist_ok=True)
+    changed = 0
     for i, name in enumerate(paired, 1):
-        for sub, folder, fname in (('images', image_dir, name + '.jpg'),
-                                   ('annotations', mask_dir,
-                                    name + MASK_SUFFIX)):
-            dst = osp.join(out, sub, split, fname)
-            if not osp.lexists(dst):
-                place(osp.abspath(osp.join(src, folder, fname)), dst)
+        # Images keep their name (the dataset reads any letter case);
+        # masks get the name the dataset derives from the image's.
+        for sub, folder, fname, dname in (
+                ('images', image_dir, images[name], images[name]),
+                ('annotations', mask_dir, masks[name], name + MASK_SUFFIX)):
+            changed += place(osp.abspath(osp.join(src, folder, fname)),
+                             osp.join(out, sub, split, dname), copy)
         if i % 200 == 0 or i == len(paired):
             print(f'\r[{split}] {i}/{len(paired)}', end='', flush=True)
-    print()
+    print(f' ({changed} files written or updated)')
     return len(paired)
 
 
@@ -69,17 +115,30 @@ def main(argv=None):
     parser.add_argument('--copy', action='store_true',
                         help='copy files instead of symlinking them')
     args = parser.parse_args(argv)
-    found = 0
+    found, empty = 0, []
     for split, (image_dir, mask_dir) in SPLITS.items():
         if not (osp.isdir(osp.join(args.download_dir, image_dir))
                 and osp.isdir(osp.join(args.download_dir, mask_dir))):
             print(f'[{split}] {image_dir} / {mask_dir} not found, skipped')
             continue
-        found += convert_split(args.download_dir, args.out_dir, split,
-                               image_dir, mask_dir, args.copy)
-    if not found:
+        pairs = convert_split(args.download_dir, args.out_dir, split,
+                              image_dir, mask_dir, args.copy)
+        if not pairs:
+            empty.append(
+                f'[{split}] no image/mask pair in '
+                f'{osp.join(args.download_dir, image_dir)} and '
+                f'{osp.join(args.download_dir, mask_dir)} (expected '
+                f'ISIC_*{"/".join(IMAGE_SUFFIXES)} and ISIC_*{MASK_SUFFIX}):'
+                f' an empty or incomplete download?')
+        found += pairs
+    if not found and not empty:
         parser.error(f'no ISIC-2018 Task 1 split found in {args.download_dir}')
     print(f'{found} image/mask pairs under {args.out_dir}')
+    if empty:
+        # The split's folders exist, so it was meant to be there: its
+        # dataloader would fail later, far from the cause.
+        print('\n'.join(empty), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == '__main__':

@@ -1,6 +1,8 @@
 # ISIC-2018 Task 1 lesion segmentation, laid out by
 # tools/dataset_converters/isic2018.py. Official split: 2594 training, 100
 # validation and 1000 test images of varying size, resized here to 512x512.
+# ISIC2018Dataset is mmhgw's.
+custom_imports = dict(imports=['mmhgw'], allow_failed_imports=False)
 dataset_type = 'ISIC2018Dataset'
 data_root = 'data/ISIC2018'
 crop_size = (512, 512)

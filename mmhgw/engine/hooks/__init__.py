@@ -1,4 +1,9 @@
 from .beta_warmup import HGWBetaWarmupHook, hgw_modules
+from .non_finite_guard import NonFiniteGuardHook
 from .rank_consistency import RankConsistencyHook
+from .rng_state import RNGStateHook
 
-__all__ = ['HGWBetaWarmupHook', 'RankConsistencyHook', 'hgw_modules']
+__all__ = [
+    'HGWBetaWarmupHook', 'NonFiniteGuardHook', 'RankConsistencyHook',
+    'RNGStateHook', 'hgw_modules'
+]

@@ -22,20 +22,27 @@ def _with_capsules(base, name):
         checkpoint fills every non-capsule layer; the capsule layers that
         stay random are named in a warning.
 
+        The stock arguments are taken as the stock class takes them,
+        positionally too (``HGWCapsResNet(50)`` is ``ResNet(50)`` with
+        capsules); the capsule options are keyword-only, so they can never
+        shift a stock argument's position.
+
         Args:
+            *args: the stock backbone's positional arguments.
             hgw_cfg: config of the capsule layer (``type='HGWCaps'`` and its
                 arguments; geometry comes from the replaced convolution).
             stage_with_hgw: per stage, whether its blocks get capsules.
                 Default: the last two stages, as the paper.
-            **kwargs: the stock backbone's arguments.
+            **kwargs: the stock backbone's keyword arguments.
         """
 
         def __init__(self,
+                     *args,
                      hgw_cfg: Optional[dict] = None,
                      stage_with_hgw: Sequence[bool] = (False, False, True,
                                                        True),
                      **kwargs):
-            super().__init__(**kwargs)
+            super().__init__(*args, **kwargs)
             check_stage_flags(stage_with_hgw, self.num_stages,
                               'stage_with_hgw')
             self.stage_with_hgw = tuple(stage_with_hgw)

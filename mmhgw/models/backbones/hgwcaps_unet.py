@@ -25,22 +25,28 @@ if SEG_MODELS is not None:
         chosen encoder and decoder stages (default: the deepest of each, as
         the paper).
 
+        Stock arguments keep their positions (``HGWCapsUNet(3, 64, 5)`` is
+        ``UNet(3, 64, 5)`` with capsules); the capsule options are
+        keyword-only.
+
         Args:
+            *args: the stock UNet's positional arguments.
             hgw_cfg: config of the capsule layer (``type='HGWCaps'`` and its
                 arguments; geometry comes from the replaced convolution).
             enc_with_hgw: per encoder stage (``num_stages`` entries).
             dec_with_hgw: per decoder stage, deepest last
                 (``num_stages - 1`` entries, the order of
                 ``UNet.decoder``).
-            **kwargs: the stock UNet's arguments.
+            **kwargs: the stock UNet's keyword arguments.
         """
 
         def __init__(self,
+                     *args,
                      hgw_cfg: Optional[dict] = None,
                      enc_with_hgw: Optional[Sequence[bool]] = None,
                      dec_with_hgw: Optional[Sequence[bool]] = None,
                      **kwargs):
-            super().__init__(**kwargs)
+            super().__init__(*args, **kwargs)
             n = self.num_stages
             if enc_with_hgw is None:
                 enc_with_hgw = (False, ) * (n - 1) + (True, )

@@ -1,6 +1,8 @@
 """The HGW capsule layer: a drop-in for a k x k convolution (paper Sec. 3-4,
 Fig. 2, Eq. 18, Eq. 21, Eq. reg, Algorithm 1)."""
+import itertools
 import math
+from contextlib import nullcontext
 from typing import Optional, Tuple
 
 import torch
@@ -52,11 +54,30 @@ def kl_off_diagonal(A: Tensor, B: Tensor) -> Tensor:
     distance floor while ``C_obs`` has ``1 / (1 + a_i^2) >= 1/2`` there, a
     constant offset of about 0.5 per entry with zero gradient (a part does
     not interact with itself) that would only swamp the logged value.
+    With ``V = 1`` there is no off-diagonal entry and the loss is 0.
     """
     V = A.shape[-1]
+    if V < 2:
+        # A single part has no off-diagonal entry: nothing to regularise
+        # (averaging over V (V - 1) = 0 entries would give NaN).
+        return A.new_zeros(())
     off = ~torch.eye(V, dtype=torch.bool, device=A.device)
     per_entry = A * (safe_log(A) - safe_log(B)) - A + B
     return (per_entry * off).sum((-1, -2)).mean() / (V * (V - 1))
+
+
+def _narrower_than_float32(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point and torch.finfo(dtype).bits < 32
+
+
+def _autocast_off(device_type: str):
+    """Under AMP, autocast would run the solver's products in 16 bits."""
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type autocast does not know ('meta')
+        return nullcontext()
+    return torch.autocast(device_type, enabled=False) if enabled \
+        else nullcontext()
 
 
 @MODELS.register_module()
@@ -93,6 +114,12 @@ class HGWCaps(BaseModule):
        joins the main loss through
        :func:`~mmhgw.models.layers.aux_loss.attach_aux_loss`.
 
+    Like ``nn.Conv2d`` it takes batched [B, C, H, W] and unbatched
+    [C, H, W] input. Its parameters and the solver stay in float32 (or
+    wider) when the model is converted with ``.half()`` / ``.bfloat16()``
+    or run under autocast: the input is cast up and the output back to the
+    input's dtype (16-bit Sinkhorn iterations give wrong plans).
+
     Args:
         in_channels, out_channels, kernel_size, stride, padding, dilation:
             as ``nn.Conv2d``.
@@ -101,20 +128,23 @@ class HGWCaps(BaseModule):
         in_types: input capsule types (= V_p, the components).
         out_types: output capsule types (one subcapsule each).
         num_parts: parts per subcapsule (V_q).
-        part_dim: embedding size of components and parts.
+        part_dim: embedding size of components and parts. These four are
+            positive ints; with ``in_types`` or ``num_parts`` 1 the
+            structure of that side has no off-diagonal entry and its term
+            of the regulariser is 0.
         eps: solver strength (paper: 1e-3).
         outer_iters, inner_iters: proximal steps and Sinkhorn iterations.
         grad: ``'envelope'`` or ``'unroll'`` (see ``hgw_distance``).
         beta: final weight of the embeddings (Eq. 21); the current value is
             the buffer ``beta``, ramped by ``HGWBetaWarmupHook``.
-        reg_weight: lambda of Eq. reg (paper: 10).
+        reg_weight: lambda of Eq. reg (paper: 10); finite, >= 0.
         routing: ``'hgw'``, or ``'uniform'`` (plan fixed to ``p q^T``: no
             optimal transport, the baseline routing must beat).
         solver_regularizer: ``'proximal'`` (paper) or ``'entropic'``.
         ablation: the paper's ablations; ``'A'`` entropic regulariser,
             ``'B'`` no regulariser E, ``'C'`` beta fixed at 1 (no observed
             structure). They override the matching arguments.
-        temperature: of the activation.
+        temperature: of the activation; finite, > 0.
         backend: kernels of the routing op (envelope gradients):
             ``'auto'`` (C++ on the CPU, Triton on CUDA, else the torch
             reference with a warning), ``'cpp'``, ``'triton'`` or
@@ -152,6 +182,13 @@ class HGWCaps(BaseModule):
                  conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
+        for name, value in (('in_types', in_types), ('out_types', out_types),
+                            ('num_parts', num_parts),
+                            ('part_dim', part_dim)):
+            if isinstance(value, bool) or not isinstance(value, int) \
+                    or value < 1:
+                raise ValueError(f'{name} must be a positive int, '
+                                 f'got {value!r}')
         if groups != 1:
             raise ValueError(f'groups must be 1 for HGWCaps (capsule types '
                              f'replace channel groups), got {groups}')
@@ -172,8 +209,13 @@ class HGWCaps(BaseModule):
         if backend not in BACKENDS:
             raise ValueError(f'backend must be one of {BACKENDS}, '
                              f'got {backend!r}')
-        if temperature <= 0:
-            raise ValueError(f'temperature must be > 0, got {temperature}')
+        # Written so that NaN fails too (every comparison with NaN is False).
+        if not 0 < temperature < math.inf:
+            raise ValueError(f'temperature must be a positive finite '
+                             f'number, got {temperature}')
+        if not 0 <= reg_weight < math.inf:
+            raise ValueError(f'reg_weight must be a finite number >= 0, '
+                             f'got {reg_weight}')
         if ablation == 'A':
             solver_regularizer = 'entropic'
         elif ablation == 'B':
@@ -341,11 +383,40 @@ class HGWCaps(BaseModule):
                 kl_off_diagonal(s['K_qq'], s['obs_q'].detach()))
         return out, reg, dist
 
+    def _apply(self, fn, recurse=True):
+        # The solver's log-domain iterations lose the transport plan in 16
+        # bits (wrong plans, NaN at small eps), so the layer's own tensors
+        # stay float32 (or wider) whatever `.half()`, `.bfloat16()` or
+        # `.to(dtype)` asks; `forward` casts its input up and its output
+        # back, as mmcv's fp16 utilities keep norm layers in float32.
+        super()._apply(fn, recurse)
+        for t in itertools.chain(self.parameters(recurse=recurse),
+                                 self.buffers(recurse=recurse)):
+            if _narrower_than_float32(t.dtype):
+                t.data = t.data.float()
+                if t.grad is not None:
+                    t.grad = t.grad.float()
+        return self
+
     def forward(self, x: Tensor) -> Tensor:
-        out, reg, dist = self.forward_terms(x)
+        """``x`` [B, in_channels, H, W], or unbatched [in_channels, H, W]
+        as ``nn.Conv2d`` takes it; the output has the input's dtype, the
+        computation runs in the layer's (float32 or wider, autocast off)."""
+        if x.dim() == 3:
+            return self.forward(x.unsqueeze(0)).squeeze(0)
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(
+                f'{type(self).__name__} expects input of shape [B, '
+                f'{self.in_channels}, H, W] or [{self.in_channels}, H, W], '
+                f'got {tuple(x.shape)}')
+        in_dtype = x.dtype
+        if _narrower_than_float32(in_dtype):
+            x = x.to(self.subcapsules.dtype)
+        with _autocast_off(x.device.type):
+            out, reg, dist = self.forward_terms(x)
         if self.training:
             if reg is not None:
                 out = attach_aux_loss(out, reg)
             self.last_stats = (None if reg is None else reg.detach(),
                                dist.detach().mean())
-        return out
+        return out.to(in_dtype)
