@@ -45,6 +45,7 @@ def write_reduced_seg_config(tmp_path, num_train=40, num_val=10):
         randomness = dict(seed=0, deterministic=True)
         custom_hooks = [
             dict(type='HGWBetaWarmupHook', warmup_iters=10),
+            dict(type='HGWLossScaleHook'),
             dict(type='RankConsistencyHook')
         ]
         default_hooks = dict(logger=dict(interval=1))

@@ -31,7 +31,8 @@ def test_config_loads_and_builds(path):
     assert has_caps == ('hgwcaps' in osp.basename(path))
     if has_caps:
         assert cfg.custom_imports.imports == ['mmhgw']
-        assert any(h.type == 'HGWBetaWarmupHook' for h in cfg.custom_hooks)
+        hooks = [h.type for h in cfg.custom_hooks]
+        assert 'HGWBetaWarmupHook' in hooks and 'HGWLossScaleHook' in hooks
 
 
 def det_batch(model, training):

@@ -21,5 +21,10 @@ hgw_cfg = dict(
     # everything (docs/benchmarks.md).
     recompute='value')
 
-# beta_u = u / U (paper, Algorithm 1), over the first 1000 iterations.
-custom_hooks = [dict(type='HGWBetaWarmupHook', warmup_iters=1000)]
+# beta_u = u / U (paper, Algorithm 1), over the first 1000 iterations; the
+# regulariser E gets the optimiser wrapper's loss scaling (AMP, gradient
+# accumulation) as the task loss does.
+custom_hooks = [
+    dict(type='HGWBetaWarmupHook', warmup_iters=1000),
+    dict(type='HGWLossScaleHook')
+]

@@ -9,4 +9,7 @@ model = dict(
         type='HGWCapsResNet',
         hgw_cfg={{_base_.hgw_cfg}},
         stage_with_hgw=(False, False, True, True)))
-custom_hooks = [dict(type='HGWBetaWarmupHook', warmup_iters=50)]
+custom_hooks = [
+    dict(type='HGWBetaWarmupHook', warmup_iters=50),
+    dict(type='HGWLossScaleHook')
+]

@@ -1,7 +1,8 @@
 from .checkpoint import allow_mmengine_checkpoints
-from .hooks import HGWBetaWarmupHook, RankConsistencyHook, hgw_modules
+from .hooks import (HGWBetaWarmupHook, HGWLossScaleHook, RankConsistencyHook,
+                    hgw_modules, loss_factor)
 
 __all__ = [
-    'allow_mmengine_checkpoints', 'HGWBetaWarmupHook', 'RankConsistencyHook',
-    'hgw_modules'
+    'allow_mmengine_checkpoints', 'HGWBetaWarmupHook', 'HGWLossScaleHook',
+    'RankConsistencyHook', 'hgw_modules', 'loss_factor'
 ]

@@ -1,4 +1,8 @@
 from .beta_warmup import HGWBetaWarmupHook, hgw_modules
+from .loss_scale import HGWLossScaleHook, loss_factor
 from .rank_consistency import RankConsistencyHook
 
-__all__ = ['HGWBetaWarmupHook', 'RankConsistencyHook', 'hgw_modules']
+__all__ = [
+    'HGWBetaWarmupHook', 'HGWLossScaleHook', 'RankConsistencyHook',
+    'hgw_modules', 'loss_factor'
+]

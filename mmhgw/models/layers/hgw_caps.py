@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_conv_layer
+from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
@@ -27,6 +28,9 @@ RECOMPUTE_SEGMENTS = 8
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
 SAFE_NORM_EPS = 1e-6
+
+#: Whether the warning of ``HGWCaps._loss_scale`` was given.
+_WARNED_UNSCALED = False
 
 
 def zipf_structure(parts: Tensor) -> Tensor:
@@ -96,7 +100,10 @@ class HGWCaps(BaseModule):
        L(K_qq, C_obs_q))`` (Eq. reg; KL loss averaged over off-diagonal
        entries, see :func:`kl_off_diagonal`; ``C_obs`` as the fixed target)
        joins the main loss through
-       :func:`~mmhgw.models.layers.aux_loss.attach_aux_loss`.
+       :func:`~mmhgw.models.layers.aux_loss.attach_aux_loss`, its gradient
+       multiplied by ``loss_scale``: the factor the optimiser wrapper
+       applies to the task loss (AMP loss scale, accumulation), set before
+       each iteration by ``HGWLossScaleHook``; None (no hook) counts as 1.
 
     Args:
         in_channels, out_channels, kernel_size, stride, padding, dilation:
@@ -212,6 +219,9 @@ class HGWCaps(BaseModule):
         #: Whether HGWBetaWarmupHook may change beta (not under ablation C).
         self.beta_scheduled = ablation != 'C'
         self.register_buffer('beta', torch.tensor(float(beta)))
+        #: Factor of the optimiser wrapper on the loss, applied to E's
+        #: gradient (set by HGWLossScaleHook; None: 1).
+        self.loss_scale = None
 
         # One embedding per input type from its own k x k patch.
         self.embed = build_conv_layer(
@@ -331,6 +341,23 @@ class HGWCaps(BaseModule):
         return (self.training and self.reg_weight > 0 and
                 torch.is_grad_enabled())
 
+    def _loss_scale(self) -> float:
+        """The factor for E's injected gradient (see ``loss_scale``)."""
+        if self.loss_scale is not None:
+            return self.loss_scale
+        global _WARNED_UNSCALED
+        if not _WARNED_UNSCALED and any(
+                torch.is_autocast_enabled(device)
+                for device in ('cpu', 'cuda')):
+            # Mixed precision without the hook: the task loss is scaled
+            # (2^16 by default) and E would all but vanish beside it.
+            print_log('HGWCaps: training under autocast without '
+                      'HGWLossScaleHook in custom_hooks; the regulariser E '
+                      'does not get the loss scale of the task loss',
+                      logger='current', level='WARNING')
+            _WARNED_UNSCALED = True
+        return 1.0
+
     def forward_terms(self, x: Tensor
                       ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
         """The output, the regulariser E (None unless training with
@@ -408,7 +435,7 @@ class HGWCaps(BaseModule):
         out, reg, dist = self.forward_terms(x)
         if self.training:
             if reg is not None:
-                out = attach_aux_loss(out, reg)
+                out = attach_aux_loss(out, reg, self._loss_scale())
             self.last_stats = (None if reg is None else reg.detach(),
                                dist.detach().mean())
         return out
