@@ -5,6 +5,7 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmcv.cnn import build_conv_layer
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
@@ -20,6 +21,7 @@ from .aux_loss import attach_aux_loss
 ROUTINGS = ('hgw', 'uniform')
 RECOMPUTE_MODES = ('none', 'value', 'all')
 ABLATIONS = (None, 'A', 'B', 'C')
+OBSERVED = ('coactivation', 'counts')
 
 #: Segments of locations recomputed one at a time in backward (see
 #: ``HGWCaps._forward_recomputed``): bounds the extra memory of the
@@ -33,16 +35,23 @@ SAFE_NORM_EPS = 1e-6
 _WARNED_UNSCALED = False
 
 
+def presence(capsules: Tensor, dim: int = -1) -> Tensor:
+    """How present each capsule is: ``a = s / (1 + s)`` in ``[0, 1)``, with
+    ``s = ||x||^2 / d`` the squared length per dimension of the capsule
+    vectors along ``dim`` (which is reduced)."""
+    s = capsules.pow(2).mean(dim)
+    return s / (1 + s)
+
+
 def zipf_structure(parts: Tensor) -> Tensor:
     """Observed structure ``C_obs`` of a set of capsule parts (paper Eq. 18).
 
     ``c_ij = 1 / (w_ij + 1)`` with interaction count ``w_ij = a_i a_j``, the
-    co-activation of parts ``i`` and ``j``, where ``a = s / (1 + s)``,
-    ``s = ||x||^2 / d`` is a part's squashed length (in ``[0, 1)``). Parts
-    that are both fully present interact once (c = 1/2); an absent part has
-    no interaction (c = 1). So ``C_obs`` lies in ``(1/2, 1]``: bounded and
-    positive, as the KL loss needs, and a deterministic function of the
-    input (no sampling), hence deterministic in eval mode.
+    co-activation of parts ``i`` and ``j``, ``a`` their :func:`presence`.
+    Parts that are both fully present interact once (c = 1/2); an absent
+    part has no interaction (c = 1). So ``C_obs`` lies in ``(1/2, 1]``:
+    bounded and positive, as the KL loss needs, and a deterministic function
+    of the input (no sampling), hence deterministic in eval mode.
 
     Args:
         parts: [..., V, d].
@@ -50,9 +59,40 @@ def zipf_structure(parts: Tensor) -> Tensor:
     Returns:
         [..., V, V].
     """
-    s = parts.pow(2).mean(-1)
-    a = s / (1 + s)
+    a = presence(parts)
     return 1 / (1 + a.unsqueeze(-1) * a.unsqueeze(-2))
+
+
+def count_structure(x: Tensor, types: int, kernel_size, stride=1, padding=0,
+                    dilation=1) -> Tensor:
+    """Observed structure ``C_obs`` of every k x k patch of an input
+    capsule map, from interaction counts (paper Eq. 18).
+
+    ``w_ij`` counts the positions of the patch where input capsule types
+    ``i`` and ``j`` are both present, softly: ``w_ij = sum_r a_i(r) a_j(r)``
+    over the patch positions ``r``, with ``a`` the :func:`presence` of the
+    input capsules (their lengths); ``c_ij = 1 / (w_ij + 1)``, 1 where no
+    position holds both (padding holds nothing). ``w`` lies in
+    ``[0, k * k]``, so ``C_obs`` in ``[1 / (k * k + 1), 1]``. The counts are
+    observations of the data: computed without gradient.
+
+    Args:
+        x: [B, types * dim, H, W] type-major input capsules.
+        types: input capsule types (V).
+        kernel_size, stride, padding, dilation: the patch grid, as
+            ``nn.Conv2d`` (so the output locations are the layer's).
+
+    Returns:
+        [B, H' * W', V, V].
+    """
+    with torch.no_grad():
+        B, C, H, W = x.shape
+        a = presence(x.view(B, types, C // types, H, W), dim=2)
+        patches = F.unfold(a, kernel_size, dilation=dilation,
+                           padding=padding, stride=stride)
+        patches = patches.view(B, types, -1, patches.shape[-1])
+        counts = torch.einsum('birl,bjrl->blij', patches, patches)
+        return 1 / (1 + counts)
 
 
 def kl_off_diagonal(A: Tensor, B: Tensor) -> Tensor:
@@ -85,10 +125,11 @@ class HGWCaps(BaseModule):
     2. Each output type ``n`` owns a learnable subcapsule ``X_q[n]``
        [V_q = num_parts, part_dim].
     3. Structure ``C = (1 - beta) C_obs + beta K(X, X)`` per domain (Eq. 21),
-       ``C_obs`` by :func:`zipf_structure` (Eq. 18), cross cost
+       ``C_obs`` of Eq. 18 as chosen by ``observed``, cross cost
        ``K(X_p, X_q[n])`` by the bounded distance of
        :func:`mmhgw.ot.embedding_distance`; the HGW distance and plan
-       (Eq. 24-25) come from :func:`mmhgw.ot.hgw_distance`.
+       (Eq. 24-25) come from :func:`mmhgw.ot.hgw_distance`, with ``beta``
+       also the weight of the Wasserstein term ``beta <K, T>``.
     4. Activation ``a_n = exp(-(d_n - min_m d_m) / temperature)`` in
        ``(0, 1]``: a soft version of the paper's routing to the minimal
        distance; the best-aligned type has activation 1.
@@ -117,15 +158,34 @@ class HGWCaps(BaseModule):
         eps: solver strength (paper: 1e-3).
         outer_iters, inner_iters: proximal steps and Sinkhorn iterations.
         grad: ``'envelope'`` or ``'unroll'`` (see ``hgw_distance``).
-        beta: final weight of the embeddings (Eq. 21); the current value is
-            the buffer ``beta``, ramped by ``HGWBetaWarmupHook``.
+        beta: final weight of the embeddings in the structures and of the
+            Wasserstein term (Eq. 21, one weight as in the paper); the
+            current value is the buffer ``beta``, ramped by
+            ``HGWBetaWarmupHook``.
         reg_weight: lambda of Eq. reg (paper: 10).
         routing: ``'hgw'``, or ``'uniform'`` (plan fixed to ``p q^T``: no
             optimal transport, the baseline routing must beat).
         solver_regularizer: ``'proximal'`` (paper) or ``'entropic'``.
-        ablation: the paper's ablations; ``'A'`` entropic regulariser,
-            ``'B'`` no regulariser E, ``'C'`` beta fixed at 1 (no observed
-            structure). They override the matching arguments.
+        observed: the observed structure ``C_obs`` of the input domain
+            (Eq. 18). ``'coactivation'``: ``w_ij = a_i a_j`` from the
+            presence of the components themselves
+            (:func:`zipf_structure`); ``'counts'``: ``w_ij`` counts the
+            positions of the k x k input patch where capsule types ``i``
+            and ``j`` are both present, by the input capsule lengths
+            (:func:`count_structure`): observed in the input, not in the
+            learned embeddings. The subcapsules' parts are learned, with no
+            data to observe: their ``C_obs`` is their co-activation in both.
+        ablation: the paper's ablations (Sec. Q4), each changing one thing:
+            ``'A'``: the solver's proximal KL term becomes the entropic
+            regulariser H(T) (``solver_regularizer='entropic'``).
+            ``'B'``: no regulariser E (``reg_weight=0``).
+            ``'C'``: no observed structure anywhere. Both structures are
+            the embeddings' alone, ``C = K(X, X)`` (the paper's mixing
+            weight 1), and E's target is Eq. 18 with no interaction
+            observed, ``c_ij = 1`` (E keeps its weight; B removes it). The
+            Wasserstein weight stays ``beta`` (ramped to its final value as
+            in the other variants), so only the use of observed data
+            changes.
         temperature: of the activation.
         recompute: what backward recomputes instead of keeping (envelope
             gradients only; values and gradients are the same):
@@ -162,6 +222,7 @@ class HGWCaps(BaseModule):
                  routing: str = 'hgw',
                  solver_regularizer: str = 'proximal',
                  ablation: Optional[str] = None,
+                 observed: str = 'coactivation',
                  temperature: float = 0.1,
                  recompute: str = 'value',
                  chunk_entries='auto',
@@ -183,6 +244,9 @@ class HGWCaps(BaseModule):
         if ablation not in ABLATIONS:
             raise ValueError(f'ablation must be one of {ABLATIONS}, '
                              f'got {ablation!r}')
+        if observed not in OBSERVED:
+            raise ValueError(f'observed must be one of {OBSERVED}, '
+                             f'got {observed!r}')
         if not 0 <= beta <= 1:
             raise ValueError(f'beta must be in [0, 1], got {beta}')
         if recompute not in RECOMPUTE_MODES:
@@ -194,8 +258,9 @@ class HGWCaps(BaseModule):
             solver_regularizer = 'entropic'
         elif ablation == 'B':
             reg_weight = 0.0
-        elif ablation == 'C':
-            beta = 1.0
+        #: False under ablation C: no observed structure (see _structures).
+        self.use_observed = ablation != 'C'
+        self.observed = observed
         self.in_channels, self.out_channels = in_channels, out_channels
         self.in_types, self.out_types = in_types, out_types
         self.out_dim = out_channels // out_types
@@ -216,8 +281,6 @@ class HGWCaps(BaseModule):
         self.reg_weight = float(reg_weight)
         self.temperature = float(temperature)
         self.beta_final = float(beta)
-        #: Whether HGWBetaWarmupHook may change beta (not under ablation C).
-        self.beta_scheduled = ablation != 'C'
         self.register_buffer('beta', torch.tensor(float(beta)))
         #: Factor of the optimiser wrapper on the loss, applied to E's
         #: gradient (set by HGWLossScaleHook; None: 1).
@@ -241,7 +304,8 @@ class HGWCaps(BaseModule):
         return (f'{self.in_channels}, {self.out_channels}, '
                 f'types={self.in_types}->{self.out_types}, '
                 f'parts={self.num_parts}x{self.part_dim}, '
-                f'routing={self.routing}, ablation={self.ablation}')
+                f'routing={self.routing}, ablation={self.ablation}, '
+                f'observed={self.observed}')
 
     def _cross_cost(self, X_p: Tensor, X_q: Tensor) -> Tensor:
         """``K(X_p, X_q[n])`` [B, L, N, V_p, V_q] by one matrix product."""
@@ -262,18 +326,52 @@ class HGWCaps(BaseModule):
                          H * W).permute(0, 3, 1, 2)
         return X_p, (H, W)
 
-    def _structures(self, X_p: Tensor) -> dict:
+    def _observed_p(self, x: Tensor) -> Optional[Tensor]:
+        """``C_obs`` of the input patches [B, L, V_p, V_p] when it is
+        observed in the input x (``observed='counts'``), else None."""
+        if not (self.use_observed and self.observed == 'counts'):
+            return None
+        e = self.embed
+        return count_structure(x, self.in_types, e.kernel_size, e.stride,
+                               e.padding, e.dilation).to(x.dtype)
+
+    def _observed_q(self) -> Tensor:
+        """``C_obs`` of the subcapsules' parts [N, V_q, V_q] (Eq. 18)."""
+        X_q = self.subcapsules
+        if not self.use_observed:  # ablation C: no interaction observed
+            return X_q.new_ones(()).expand(X_q.shape[0], X_q.shape[1],
+                                           X_q.shape[1])
+        return zipf_structure(X_q)
+
+    def _structures(self, X_p: Tensor, obs_p: Optional[Tensor] = None
+                    ) -> dict:
         """The problem data of Eq. 21 for components X_p [B, L, V_p, d]:
         ``C_p`` [B, L, 1, V_p, V_p], ``C_q`` [N, V_q, V_q], ``K``
-        [B, L, N, V_p, V_q], ``beta``, and the regulariser's ``K_pp``,
-        ``obs_p``, ``K_qq``, ``obs_q``."""
+        [B, L, N, V_p, V_q], ``beta`` (the Wasserstein weight), and the
+        regulariser's ``K_pp``, ``obs_p``, ``K_qq``, ``obs_q`` (its targets).
+
+        ``obs_p``: the input's observed structure from :meth:`_observed_p`
+        (for the same locations as X_p) when ``observed='counts'``.
+        Ablation C uses no observed structure: ``C = K(X, X)`` and the
+        targets are all ones (Eq. 18 with nothing observed).
+        """
         X_q = self.subcapsules
         K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
         K_qq = embedding_distance(X_q, X_q)  # [N, Vq, Vq]
-        obs_p, obs_q = zipf_structure(X_p), zipf_structure(X_q)
         beta = self.beta.to(X_p.dtype)
-        return dict(C_p=mix_structure(obs_p, K_pp, beta).unsqueeze(2),
-                    C_q=mix_structure(obs_q, K_qq, beta),
+        obs_q = self._observed_q()
+        if not self.use_observed:
+            obs_p = K_pp.new_ones(()).expand_as(K_pp)
+            C_p, C_q = K_pp, K_qq
+        else:
+            if obs_p is None:
+                if self.observed == 'counts':
+                    raise ValueError("observed='counts' needs the input's "
+                                     'observed structure (obs_p)')
+                obs_p = zipf_structure(X_p)
+            C_p = mix_structure(obs_p, K_pp, beta)
+            C_q = mix_structure(obs_q, K_qq, beta)
+        return dict(C_p=C_p.unsqueeze(2), C_q=C_q,
                     K=self._cross_cost(X_p, X_q), beta=beta, K_pp=K_pp,
                     obs_p=obs_p, K_qq=K_qq, obs_q=obs_q)
 
@@ -305,7 +403,7 @@ class HGWCaps(BaseModule):
         used by the regulariser, and the output grid ``size`` (H', W').
         """
         X_p, size = self._components(x)
-        s = self._structures(X_p)
+        s = self._structures(X_p, self._observed_p(x))
         if self.routing == 'hgw':
             dist, plan = hgw_distance(s['C_p'], s['C_q'], s['K'],
                                       beta=s['beta'], check_values=False,
@@ -391,18 +489,19 @@ class HGWCaps(BaseModule):
         plan (``'value'``) or to the components (``'all'``).
         """
         X_p, size = self._components(x)
+        obs = self._observed_p(x)
         keep_plan = self.recompute == 'value'
         plan = None
         if keep_plan:
             with torch.no_grad():
-                plan = self._transport_plan(self._structures(X_p))
+                plan = self._transport_plan(self._structures(X_p, obs))
         want_reg = self._wants_reg()
 
-        def segment(X_p, plan=None):
+        def segment(X_p, plan=None, obs=None):
             if plan is None:
                 with torch.no_grad():
-                    plan = self._transport_plan(self._structures(X_p))
-            s = self._structures(X_p)
+                    plan = self._transport_plan(self._structures(X_p, obs))
+            s = self._structures(X_p, obs)
             dist = self._value(s, plan)
             caps = self._capsules(X_p, plan, dist)
             if not want_reg:
@@ -415,9 +514,9 @@ class HGWCaps(BaseModule):
         caps, dist, kl_p = [], [], 0
         for start in range(0, L, length):
             stop = min(L, start + length)
-            args = (X_p[:, start:stop], )
-            if keep_plan:
-                args += (plan[:, start:stop], )
+            args = (X_p[:, start:stop],
+                    plan[:, start:stop] if keep_plan else None,
+                    None if obs is None else obs[:, start:stop])
             outs = checkpoint(segment, *args, use_reentrant=False)
             caps.append(outs[0])
             dist.append(outs[1])
@@ -428,7 +527,7 @@ class HGWCaps(BaseModule):
         if want_reg:
             X_q = self.subcapsules
             reg = self.reg_weight * (kl_p + kl_off_diagonal(
-                embedding_distance(X_q, X_q), zipf_structure(X_q).detach()))
+                embedding_distance(X_q, X_q), self._observed_q().detach()))
         return self._output(torch.cat(caps, 1), size), reg, torch.cat(dist, 1)
 
     def forward(self, x: Tensor) -> Tensor:
