@@ -195,10 +195,9 @@ def count_structure_by_loops(x, types, k, stride, padding, dilation):
     for b, i, j, y, x_ in itertools.product(range(B), range(types),
                                             range(types), range(H_out),
                                             range(W_out)):
-        w = sum(a[b, i, y * stride + dy * dilation, x_ * stride + dx * dilation]
-                * a[b, j, y * stride + dy * dilation,
-                    x_ * stride + dx * dilation]
-                for dy in range(k) for dx in range(k))
+        rows = [y * stride + dy * dilation for dy in range(k)]
+        cols = [x_ * stride + dx * dilation for dx in range(k)]
+        w = sum(a[b, i, r, c] * a[b, j, r, c] for r in rows for c in cols)
         out[b, y * W_out + x_, i, j] = 1 / (1 + w)
     return out
 
@@ -296,6 +295,22 @@ def test_capsule_pool():
                                atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match='divisible by num_types=5'):
         CapsulePool(num_types=5)(x)
+
+
+@pytest.mark.parametrize('scope', ['mmengine', 'mmdet', 'mmseg'])
+def test_capsule_pool_is_exported_and_built_from_configs(scope):
+    """Classification heads elsewhere build it by config, in their scope."""
+    import mmhgw.models.layers as layers
+    from mmengine.registry import MODELS
+    assert 'CapsulePool' in layers.__all__
+    with DefaultScope.overwrite_default_scope(scope):
+        pool = MODELS.build(dict(type='CapsulePool', num_types=4))
+    assert isinstance(pool, CapsulePool)
+    x = torch.zeros(2, 8, 3, 3, requires_grad=True)  # every capsule absent
+    out = pool(x)
+    assert out.shape == (2, 8, 1, 1)
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
 
 
 def test_regulariser_ignores_the_diagonal():
