@@ -12,11 +12,12 @@ DEMO_SEG = osp.join(ROOT, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py')
 
 def write_reduced_seg_config(tmp_path, num_train=40, num_val=10):
     """The demo HGWCaps UNet, narrowed (base 16 channels, 8 capsule types),
-    on 64x64 generated lesions, with a deterministic pipeline and no
+    on 64x64 generated lesions (the easy level: these tests are about the
+    training machinery, not the data), with a deterministic pipeline and no
     dropout so that runs are exactly repeatable."""
     data = tmp_path / 'ISIC2018'
     make_isic_lesions(str(data), num_train=num_train, num_val=num_val,
-                      size=(64, 64), seed=1)
+                      size=(64, 64), seed=1, level='easy')
     path = tmp_path / 'reduced_unet_hgw.py'
     path.write_text(textwrap.dedent(f"""
         _base_ = [{DEMO_SEG!r}]
@@ -45,6 +46,7 @@ def write_reduced_seg_config(tmp_path, num_train=40, num_val=10):
         randomness = dict(seed=0, deterministic=True)
         custom_hooks = [
             dict(type='HGWBetaWarmupHook', warmup_iters=10),
+            dict(type='HGWLossScaleHook'),
             dict(type='RankConsistencyHook')
         ]
         default_hooks = dict(logger=dict(interval=1))

@@ -13,9 +13,23 @@ from mmhgw.models import HGWCaps
 from mmhgw.testing import build_model_for_test, load_config_for_test
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-CONFIGS = sorted(
+ALL_CONFIGS = sorted(
     p for p in glob.glob(osp.join(ROOT, 'configs', '**', '*.py'),
                          recursive=True) if '_base_' not in p)
+#: Ablation configs change one argument of the capsule layer of the config
+#: they inherit; they have a test of their own (building 20 full models
+#: with initialisation would add a minute).
+ABLATION_CONFIGS = [p for p in ALL_CONFIGS
+                    if osp.basename(osp.dirname(p)) == 'ablations']
+CONFIGS = [p for p in ALL_CONFIGS if p not in ABLATION_CONFIGS]
+#: Variant tag in an ablation config's name -> the HGWCaps arguments it sets.
+VARIANTS = {
+    'uniform': dict(routing='uniform'),
+    'ablA': dict(ablation='A'),
+    'ablB': dict(ablation='B'),
+    'ablC': dict(ablation='C'),
+    'counts': dict(observed='counts'),
+}
 
 
 def test_configs_found():
@@ -31,7 +45,8 @@ def test_config_loads_and_builds(path):
     assert has_caps == ('hgwcaps' in osp.basename(path))
     if has_caps:
         assert cfg.custom_imports.imports == ['mmhgw']
-        assert any(h.type == 'HGWBetaWarmupHook' for h in cfg.custom_hooks)
+        hooks = [h.type for h in cfg.custom_hooks]
+        assert 'HGWBetaWarmupHook' in hooks and 'HGWLossScaleHook' in hooks
 
 
 def det_batch(model, training):
@@ -139,3 +154,41 @@ def test_config_inherits_stock_and_changes_only_the_backbone_type():
     stock_backbone = dict(stock.model.backbone)
     stock_backbone.pop('type')
     assert backbone == stock_backbone
+
+
+def test_ablation_configs_cover_every_variant_of_each_model():
+    names = [osp.basename(p) for p in ABLATION_CONFIGS]
+    assert len(names) == 4 * len(VARIANTS)
+    for tag in VARIANTS:
+        for model in ('unet-hgwcaps-{}-s5-d16_fcn_demo-isic.py',
+                      'mask-rcnn_hgwcaps-r50-{}_fpn_demo-shapes.py',
+                      'unet-hgwcaps-{}-s5-d16_fcn_4xb4-20k_isic2018-512x512'
+                      '.py', 'mask-rcnn_hgwcaps-r50-{}_fpn_1x_coco.py'):
+            assert model.format(tag) in names
+
+
+@pytest.mark.parametrize('path', ABLATION_CONFIGS,
+                         ids=[osp.basename(p) for p in ABLATION_CONFIGS])
+def test_ablation_config_changes_one_capsule_argument_and_builds(path):
+    import re
+    tag = next(t for t in VARIANTS if f'-{t}' in osp.basename(path))
+    base_rel = re.search(r"_base_ = \['([^']+)'\]", open(path).read())[1]
+    base = Config.fromfile(osp.normpath(osp.join(osp.dirname(path),
+                                                 base_rel)))
+    cfg = load_config_for_test(path)
+    assert 'hgwcaps' in osp.basename(path) and 'hgwcaps' in base_rel
+    expected = dict(base.model.backbone.hgw_cfg, **VARIANTS[tag])
+    assert cfg.model.backbone.hgw_cfg == expected
+    assert cfg.train_cfg == base.train_cfg
+    assert cfg.custom_hooks == base.custom_hooks
+    model = build_model_for_test(cfg, init=False)
+    caps = [m for m in model.modules() if isinstance(m, HGWCaps)]
+    assert caps
+    for m in caps:
+        for key, value in VARIANTS[tag].items():
+            assert getattr(m, key) == value
+    if 'demo-isic' in path:  # cheap: a tiny image through the whole UNet
+        model.eval()
+        with torch.no_grad():
+            out = model(torch.randn(1, 3, 16, 16), mode='tensor')
+        assert out.shape[-3:] == (2, 16, 16) and torch.isfinite(out).all()

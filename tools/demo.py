@@ -62,13 +62,16 @@ def run_logged(cmd, log_path):
 
 
 def ensure_data():
+    from mmhgw.datasets.synthetic import DATA_VERSION
     marker = osp.join(DATA, '.complete')
-    if osp.exists(marker):
+    # Data of an older generator version is generated anew.
+    if osp.exists(marker) and open(marker).read() == DATA_VERSION:
         print(f'demo data found in {DATA}')
         return
     subprocess.run([sys.executable, 'tools/make_demo_data.py', '--out',
                     DATA], cwd=ROOT, check=True)
-    open(marker, 'w').close()
+    with open(marker, 'w') as f:
+        f.write(DATA_VERSION)
 
 
 def train_and_test(config, work_root):

@@ -24,6 +24,9 @@ hgw_cfg = dict(
 hgw_hooks = [
     # beta_u = u / U (paper, Algorithm 1), over the first 1000 iterations.
     dict(type='HGWBetaWarmupHook', warmup_iters=1000),
+    # The regulariser E gets the optimiser wrapper's loss scaling (AMP,
+    # gradient accumulation) as the task loss does.
+    dict(type='HGWLossScaleHook'),
     # Stop a diverged run before it writes a NaN checkpoint.
     dict(type='NonFiniteGuardHook'),
     # Random generator states in checkpoints: resume is exact.

@@ -11,6 +11,7 @@ model = dict(
         stage_with_hgw=(False, False, True, True)))
 custom_hooks = [
     dict(type='HGWBetaWarmupHook', warmup_iters=50),
+    dict(type='HGWLossScaleHook'),
     dict(type='NonFiniteGuardHook'),
     dict(type='RNGStateHook')
 ]

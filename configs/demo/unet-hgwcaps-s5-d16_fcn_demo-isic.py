@@ -7,6 +7,7 @@ _base_ = ['./unet-s5-d16_fcn_demo-isic.py', '../_base_/hgw_layer.py']
 model = dict(backbone=dict(type='HGWCapsUNet', hgw_cfg={{_base_.hgw_cfg}}))
 custom_hooks = [
     dict(type='HGWBetaWarmupHook', warmup_iters=30),
+    dict(type='HGWLossScaleHook'),
     dict(type='NonFiniteGuardHook'),
     dict(type='RNGStateHook')
 ]

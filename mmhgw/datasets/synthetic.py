@@ -11,7 +11,8 @@ classes and metrics read it unchanged:
   (``VOCdevkit/VOC2012/{JPEGImages,SegmentationClass,ImageSets/Segmentation}``,
   palette PNGs with 255 object borders, as VOC's).
 - :func:`make_isic_lesions`: ISIC-2018 Task 1 as arranged by
-  ``tools/dataset_converters/isic2018.py`` (0/255 masks).
+  ``tools/dataset_converters/isic2018.py`` (0/255 masks), hard by default
+  (low-contrast lesions, distractors), or easy.
 """
 import json
 import os
@@ -23,6 +24,10 @@ import numpy as np
 
 #: Shape classes of the generated detection set.
 SHAPES = ('circle', 'square', 'triangle', 'star')
+
+#: Changes whenever the generators draw different data from the same seed,
+#: so that tools can tell generated sets of an older version.
+DATA_VERSION = '2'
 
 
 def _progress(total: int, label: str) -> Callable[[], None]:
@@ -186,11 +191,116 @@ def make_voc_semantic(out_dir: str, num_train: int = 100, num_val: int = 30,
             f.write('\n'.join(names) + '\n')
 
 
+#: Difficulty levels of :func:`make_isic_lesions`.
+LESION_LEVELS = ('easy', 'hard')
+
+
+def _smooth_field(rng: np.random.Generator, height: int, width: int,
+                  cells: int, channels: int) -> np.ndarray:
+    """A smooth random field in [-1, 1]: ``cells x cells`` random values
+    interpolated to the image size."""
+    coarse = rng.uniform(-1, 1, (cells, cells, channels)).astype(np.float32)
+    field = cv2.resize(coarse, (width, height),
+                       interpolation=cv2.INTER_CUBIC)
+    return field.reshape(height, width, channels)
+
+
+def _easy_lesion(rng, yy, xx):
+    """Image (float BGR) and mask of one dark, clearly bounded lesion on
+    plain skin with grain."""
+    height, width = yy.shape
+    skin = np.array([rng.uniform(120, 170), rng.uniform(140, 180),
+                     rng.uniform(190, 230)], np.float32)
+    img = skin + rng.normal(0, 7, (height, width, 3))
+    cy, cx = rng.uniform(0.35, 0.65, 2) * (height, width)
+    ry, rx = rng.uniform(0.12, 0.3, 2) * (height, width)
+    theta = np.arctan2(yy - cy, xx - cx)
+    wobble = 1 + sum(rng.uniform(0, 0.12) * np.cos(
+        k * theta + rng.uniform(0, 2 * np.pi)) for k in (2, 3, 5))
+    radius = np.sqrt(((yy - cy) / ry)**2 + ((xx - cx) / rx)**2)
+    mask = (radius < wobble).astype(np.uint8)
+    depth = np.clip(1.2 - radius / wobble, 0, 1)[..., None]
+    lesion = np.array([rng.uniform(30, 70), rng.uniform(40, 80),
+                       rng.uniform(70, 120)], np.float32)
+    img = img * (1 - depth * mask[..., None]) + \
+        lesion * depth * mask[..., None]
+    return img, mask
+
+
+def _hard_lesion(rng, yy, xx):
+    """Image (float BGR) and mask of one lesion that is hard to delineate:
+    low contrast to the skin, a fuzzy and ragged border, mottled inside,
+    on skin with uneven lighting, grain and texture, with darker spots
+    (naevi, freckles) outside the mask and hairs across it."""
+    height, width = yy.shape
+    size = min(height, width)
+    skin = np.array([rng.uniform(120, 170), rng.uniform(140, 180),
+                     rng.uniform(180, 230)], np.float32)
+    img = skin + 22 * _smooth_field(rng, height, width, 3, 1) + \
+        10 * _smooth_field(rng, height, width, 12, 3)
+    # Lesion: an ellipse with a ragged border (low harmonics and a rough
+    # angular field), of a colour only somewhat darker than the skin.
+    cy, cx = rng.uniform(0.3, 0.7, 2) * (height, width)
+    ry, rx = rng.uniform(0.12, 0.3, 2) * (height, width)
+    theta = np.arctan2(yy - cy, xx - cx)
+    wobble = 1 + sum(rng.uniform(0, 0.15) * np.cos(
+        k * theta + rng.uniform(0, 2 * np.pi)) for k in (2, 3, 4, 6, 9))
+    rough = rng.normal(0, 0.06, 24)
+    wobble += np.interp(theta, np.linspace(-np.pi, np.pi, 25),
+                        np.append(rough, rough[0]))
+    radius = np.sqrt(((yy - cy) / ry)**2 + ((xx - cx) / rx)**2) / wobble
+    mask = (radius < 1).astype(np.uint8)
+    # Opacity fades across the border over a random width: no sharp edge.
+    fade = rng.uniform(0.15, 0.45)
+    alpha = np.clip((1 + fade / 2 - radius) / fade, 0, 1)
+    alpha *= np.clip(0.75 + 0.35 * _smooth_field(rng, height, width, 6, 1)
+                     [..., 0], 0.3, 1)  # mottled pigment
+    # Brownish (blue darkened most, red least), 15-40% darker than skin.
+    darker = rng.uniform(0.62, 0.85) + np.array([-0.08, -0.04, 0.04],
+                                                np.float32)
+    img = img * (1 - alpha[..., None] * (1 - darker))
+    # Distractors: darker spots of the lesion's kind, outside the mask.
+    for _ in range(rng.integers(1, 6)):
+        r = rng.uniform(0.02, 0.1) * size
+        sy, sx = rng.uniform(r, height - r), rng.uniform(r, width - r)
+        spot = np.sqrt((yy - sy)**2 + (xx - sx)**2) / r
+        spot_alpha = np.clip(1.3 - spot, 0, 1) * (1 - mask)
+        img *= 1 - spot_alpha[..., None] * (1 - darker * rng.uniform(
+            0.8, 1.1))
+    # Hairs: thin dark curves over everything.
+    hair = np.zeros((height, width), np.float32)
+    for _ in range(rng.integers(0, 5)):
+        start = rng.uniform(0, 1, 2) * (width, height)
+        heading = rng.uniform(0, 2 * np.pi)
+        turn = rng.normal(0, 0.15, 8).cumsum()
+        steps = rng.uniform(0.06, 0.15) * size
+        points = [start]
+        for dt in turn:
+            points.append(points[-1] + steps * np.array(
+                [np.cos(heading + dt), np.sin(heading + dt)]))
+        cv2.polylines(hair, [np.round(np.array(points)).astype(np.int32)],
+                      False, 1.0, thickness=1, lineType=cv2.LINE_AA)
+    img = img * (1 - 0.6 * hair[..., None]) + rng.normal(
+        0, 9, (height, width, 3))
+    return img, mask
+
+
 def make_isic_lesions(out_dir: str, num_train: int = 100, num_val: int = 30,
-                      size: Sequence[int] = (128, 128),
-                      seed: int = 0) -> None:
-    """ISIC-2018 Task 1 layout: skin-toned images with one irregular, darker
-    lesion each; masks 0 / 255."""
+                      size: Sequence[int] = (128, 128), seed: int = 0,
+                      level: str = 'hard') -> None:
+    """ISIC-2018 Task 1 layout: skin-toned images with one irregular lesion
+    each; masks 0 / 255.
+
+    ``level='hard'`` (default): low-contrast lesions with fuzzy, ragged
+    borders and mottled pigment, on unevenly lit, textured skin with darker
+    spots outside the lesion and hairs, so that a stock UNet does not reach
+    the ceiling in a short schedule. ``'easy'``: a dark, clearly bounded
+    lesion on plain skin (quick to learn; for tests of the machinery).
+    """
+    if level not in LESION_LEVELS:
+        raise ValueError(f'level must be one of {LESION_LEVELS}, '
+                         f'got {level!r}')
+    draw = _hard_lesion if level == 'hard' else _easy_lesion
     height, width = size
     yy, xx = np.mgrid[:height, :width].astype(np.float32)
     for split, count in (('train', num_train), ('val', num_val)):
@@ -199,21 +309,7 @@ def make_isic_lesions(out_dir: str, num_train: int = 100, num_val: int = 30,
             os.makedirs(osp.join(out_dir, sub, split), exist_ok=True)
         step = _progress(count, f'isic {split}')
         for idx in range(count):
-            skin = np.array([rng.uniform(120, 170), rng.uniform(140, 180),
-                             rng.uniform(190, 230)], np.float32)
-            img = skin + rng.normal(0, 7, (height, width, 3))
-            cy, cx = rng.uniform(0.35, 0.65, 2) * (height, width)
-            ry, rx = rng.uniform(0.12, 0.3, 2) * (height, width)
-            theta = np.arctan2(yy - cy, xx - cx)
-            wobble = 1 + sum(rng.uniform(0, 0.12) * np.cos(
-                k * theta + rng.uniform(0, 2 * np.pi)) for k in (2, 3, 5))
-            radius = np.sqrt(((yy - cy) / ry)**2 + ((xx - cx) / rx)**2)
-            mask = (radius < wobble).astype(np.uint8)
-            depth = np.clip(1.2 - radius / wobble, 0, 1)[..., None]
-            lesion = np.array([rng.uniform(30, 70), rng.uniform(40, 80),
-                               rng.uniform(70, 120)], np.float32)
-            img = img * (1 - depth * mask[..., None]) + \
-                lesion * depth * mask[..., None]
+            img, mask = draw(rng, yy, xx)
             img = np.clip(img, 0, 255).astype(np.uint8)
             name = f'ISIC_{idx + (0 if split == "train" else 900000):07d}'
             cv2.imwrite(osp.join(out_dir, 'images', split, name + '.jpg'),

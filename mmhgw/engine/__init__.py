@@ -1,8 +1,10 @@
 from .checkpoint import allow_mmengine_checkpoints
-from .hooks import (HGWBetaWarmupHook, NonFiniteGuardHook, RankConsistencyHook,
-                    RNGStateHook, hgw_modules)
+from .hooks import (HGWBetaWarmupHook, HGWLossScaleHook, NonFiniteGuardHook,
+                    RankConsistencyHook, RNGStateHook, hgw_modules,
+                    loss_factor)
 
 __all__ = [
-    'allow_mmengine_checkpoints', 'HGWBetaWarmupHook', 'NonFiniteGuardHook',
-    'RankConsistencyHook', 'RNGStateHook', 'hgw_modules'
+    'allow_mmengine_checkpoints', 'HGWBetaWarmupHook', 'HGWLossScaleHook',
+    'NonFiniteGuardHook', 'RankConsistencyHook', 'RNGStateHook',
+    'hgw_modules', 'loss_factor'
 ]

@@ -54,9 +54,10 @@ def test_resnet_frozen_stages_and_norm_eval_as_stock():
     # Capsules in frozen stage 3 are frozen; those of stage 4 train.
     assert not any(p.requires_grad for p in caps.layer3.parameters())
     assert all(p.requires_grad for p in caps.layer4[0].conv2.parameters())
-    bns = [m for m in caps.modules()
-           if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    assert bns and not any(m.training for m in bns)
+    # Stock BNs are in eval mode; of the BNs after capsule layers, those of
+    # frozen stage 3 too, those of stage 4 train.
+    for name, m in batch_norms(caps).items():
+        assert m.training == (name.startswith('layer4.') and 'hgw_' in name)
 
 
 def test_resnet_with_cp_and_stage_flags():
@@ -96,11 +97,80 @@ def test_plain_resnet_checkpoint_fills_non_capsule_layers(tmp_path):
     for name, value in stock.state_dict().items():
         if name in caps_state:
             torch.testing.assert_close(caps_state[name], value, msg=name)
-        else:  # only the replaced 3x3 convolutions have no counterpart
-            assert name.startswith(('layer3', 'layer4')) and 'conv2' in name
+        else:  # the replaced 3x3 convolutions and the norms after them
+            assert name.startswith(('layer3', 'layer4'))
+            assert '.conv2.' in name or '.bn2.' in name, name
     messages = ' '.join(r.getMessage() for r in records)
-    assert 'stay randomly initialised' in messages
-    assert 'layer4.1.conv2' in messages
+    assert 'stay freshly initialised' in messages
+    assert 'layer4.1.conv2' in messages and 'layer4.1.hgw_bn2' in messages
+
+
+def batch_norms(module):
+    return {name: m for name, m in module.named_modules()
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)}
+
+
+@pytest.mark.parametrize('frozen_stages', [-1, 3])
+def test_resnet_norm_after_capsules_is_fresh_and_trains_under_norm_eval(
+        tmp_path, frozen_stages):
+    """The stock fine-tuning recipe (ImageNet weights, norm_eval=True): the
+    BN after every capsule layer starts fresh and trains; all other BNs
+    keep the checkpoint's statistics in eval mode, as stock."""
+    from mmdet.models.backbones import ResNet
+    torch.manual_seed(1)
+    stock = ResNet(depth=18, base_channels=8, init_cfg=None)
+    for m in batch_norms(stock).values():  # "pretrained" statistics
+        m.running_mean.uniform_(-1, 1)
+        m.running_var.uniform_(0.5, 2)
+    path = tmp_path / 'resnet18_tiny.pth'
+    torch.save({'state_dict': stock.state_dict()}, path)
+    caps = HGWCapsResNet(depth=18, base_channels=8, hgw_cfg=HGW,
+                         norm_eval=True, frozen_stages=frozen_stages,
+                         init_cfg=dict(type='Pretrained',
+                                       checkpoint=str(path)))
+    caps.init_weights()
+    caps.train()
+    fresh = {n: m for n, m in batch_norms(caps).items() if 'hgw_' in n}
+    assert sorted(fresh) == [f'layer{s}.{b}.hgw_bn2' for s in (3, 4)
+                             for b in (0, 1)]
+    for name, m in fresh.items():
+        assert caps.get_submodule(name.rsplit('.', 1)[0]).norm2 is m
+        assert (m.running_mean == 0).all() and (m.running_var == 1).all()
+        assert (m.weight == 1).all() and (m.bias == 0).all()
+    # Frozen stages (here stage 3 when frozen_stages=3) stay frozen.
+    frozen = {n for n in fresh if int(n[5]) <= frozen_stages}
+    for name, m in fresh.items():
+        assert m.training == (name not in frozen), name
+        assert m.weight.requires_grad == (name not in frozen), name
+    others = {n: m for n, m in batch_norms(caps).items() if n not in fresh}
+    assert others and not any(m.training for m in others.values())
+    before = {n: m.running_mean.clone()
+              for n, m in batch_norms(caps).items()}
+    caps(torch.randn(2, 3, 64, 64))
+    for name, m in batch_norms(caps).items():
+        moved = not torch.equal(m.running_mean, before[name])
+        assert moved == (name in fresh and name not in frozen), name
+        if name in others:
+            torch.testing.assert_close(
+                m.running_mean, stock.state_dict()[name + '.running_mean'])
+
+
+def test_unet_norm_after_capsules_trains_under_norm_eval():
+    init_default_scope('mmseg')
+    caps = HGWCapsUNet(hgw_cfg=HGW, base_channels=8, norm_eval=True,
+                       norm_cfg=dict(type='BN'))
+    caps.train()
+    fresh = {n: m for n, m in batch_norms(caps).items() if 'hgw_' in n}
+    # Two 3x3 ConvModules in each of the two capsule blocks.
+    assert len(fresh) == 4
+    for name, m in fresh.items():
+        owner = caps.get_submodule(name.rsplit('.', 1)[0])
+        assert isinstance(owner.conv, HGWCaps) and owner.norm is m
+        assert m.training
+    assert not any(m.training for n, m in batch_norms(caps).items()
+                   if n not in fresh)
+    out = caps(torch.randn(2, 3, 32, 32))
+    assert all(torch.isfinite(o).all() for o in out)
 
 
 def test_resnet_v1c_keeps_dilations():

@@ -27,12 +27,14 @@ def stock_parameters(cls):
 
 def check_same_as_stock(stock, caps, args, replaced):
     """Every stock argument stored by the stock class is stored alike, and
-    every module outside the capsule layers has the stock names and shapes.
-    """
+    every module outside the capsule layers has the stock names and shapes
+    (the fresh norm after a capsule layer is the stock one renamed
+    ``hgw_<name>``)."""
     for name in args:
         if hasattr(stock, name):
             assert getattr(caps, name) == getattr(stock, name), name
-    ours = {k: v.shape for k, v in caps.state_dict().items()
+    ours = {k.replace('.hgw_', '.'): v.shape
+            for k, v in caps.state_dict().items()
             if not any(k.startswith(r + '.') for r in replaced)}
     theirs = {k: v.shape for k, v in stock.state_dict().items()
               if not any(k.startswith(r + '.') for r in replaced)}

@@ -57,9 +57,12 @@ def count(path):
 
 
 def pairs():
+    # configs/ablations/ change routing or loss terms of a config listed
+    # here, not its parameters.
     configs = sorted(p for p in glob.glob(
         osp.join(ROOT, 'configs', '**', '*.py'), recursive=True)
-        if '_base_' not in p and is_hgw(p))
+        if '_base_' not in p and is_hgw(p) and
+        osp.basename(osp.dirname(p)) != 'ablations')
     return [(p, stock_counterpart(p)) for p in configs]
 
 

@@ -1,9 +1,10 @@
 from .beta_warmup import HGWBetaWarmupHook, hgw_modules
+from .loss_scale import HGWLossScaleHook, loss_factor
 from .non_finite_guard import NonFiniteGuardHook
 from .rank_consistency import RankConsistencyHook
 from .rng_state import RNGStateHook
 
 __all__ = [
-    'HGWBetaWarmupHook', 'NonFiniteGuardHook', 'RankConsistencyHook',
-    'RNGStateHook', 'hgw_modules'
+    'HGWBetaWarmupHook', 'HGWLossScaleHook', 'NonFiniteGuardHook',
+    'RankConsistencyHook', 'RNGStateHook', 'hgw_modules', 'loss_factor'
 ]

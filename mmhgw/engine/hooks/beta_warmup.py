@@ -24,9 +24,10 @@ class HGWBetaWarmupHook(Hook):
     random early on and their distances unreliable (Sec. 5). Here ``u`` is
     the training iteration: before iteration ``u`` each layer gets
     ``beta = final * min(1, u / warmup_iters)``, where ``final`` is the
-    layer's own ``beta_final`` unless ``final_beta`` overrides it. Layers
-    under ablation C (beta fixed at 1) are left alone. Being a function of
-    the iteration, the schedule resumes exactly.
+    layer's own ``beta_final`` unless ``final_beta`` overrides it. Under
+    ablation C beta is only the Wasserstein weight (the structures use the
+    embeddings alone) and ramps as in the other variants. Being a function
+    of the iteration, the schedule resumes exactly.
 
     After each iteration the mean regulariser E and mean HGW distance over
     the layers, and the mean beta, go to the MessageHub as ``train/hgw_reg``,
@@ -57,10 +58,9 @@ class HGWBetaWarmupHook(Hook):
 
     def before_train_iter(self, runner, batch_idx, data_batch=None):
         for m in hgw_modules(runner.model):
-            if m.beta_scheduled:
-                final = m.beta_final if self.final_beta is None \
-                    else self.final_beta
-                m.beta.fill_(self.beta_at(final, runner.iter))
+            final = m.beta_final if self.final_beta is None \
+                else self.final_beta
+            m.beta.fill_(self.beta_at(final, runner.iter))
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None):

@@ -4,15 +4,26 @@ The stock classes build their layers as usual; these helpers then replace
 chosen 3x3 convolutions by ``HGWCaps`` layers of the same geometry (channels,
 stride, padding, dilation), so every stock argument keeps its meaning and no
 stock code is copied.
+
+The norm layer that follows a replaced convolution is replaced too, by a
+fresh one of the same type, under the name ``hgw_<stock name>`` (e.g.
+``layer3.0.hgw_bn2``): it normalises the capsule output, whose statistics
+have nothing in common with the convolution's, so neither a plain
+checkpoint (``init_cfg`` Pretrained, ``load_from``) may fill it, nor may
+``norm_eval=True`` freeze it at its initial statistics
+(:func:`train_capsule_norms`).
 """
 import copy
-from typing import Iterable, List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import torch.nn as nn
 from mmcv.cnn import build_conv_layer
 from mmengine.logging import MMLogger
 
 DEFAULT_HGW_CFG = dict(type='HGWCaps')
+
+#: Name prefix of the norm layers that follow capsule layers.
+CAPSULE_NORM_PREFIX = 'hgw_'
 
 
 def capsule_like(conv: nn.Conv2d, hgw_cfg: Optional[dict]) -> nn.Module:
@@ -27,6 +38,59 @@ def capsule_like(conv: nn.Conv2d, hgw_cfg: Optional[dict]) -> nn.Module:
         dilation=conv.dilation[0], bias=conv.bias is not None)
 
 
+def fresh_norm(norm: nn.Module) -> nn.Module:
+    """A newly initialised norm layer of the type and arguments of ``norm``
+    (BN: running mean 0, variance 1; weight 1, bias 0), trainable: it has
+    no pretrained values to keep, whatever ``requires_grad`` the stock
+    ``norm_cfg`` gives."""
+    new = copy.deepcopy(norm)
+    if hasattr(new, 'reset_parameters'):
+        new.reset_parameters()
+    for param in new.parameters():
+        param.requires_grad_(True)
+    return new
+
+
+def renew_norm(owner: nn.Module, name_attr: str) -> Optional[str]:
+    """Replace the norm ``owner`` names in its attribute ``name_attr`` (as
+    ``norm2_name`` of ResNet blocks, ``norm_name`` of ``ConvModule``) by
+    :func:`fresh_norm` under ``hgw_<name>``; the stock ``norm2`` / ``norm``
+    properties follow the name. Returns the new name (None if no norm)."""
+    old = getattr(owner, name_attr)
+    if old is None:
+        return None
+    norm = getattr(owner, old)
+    delattr(owner, old)
+    new = CAPSULE_NORM_PREFIX + old
+    owner.add_module(new, fresh_norm(norm))
+    setattr(owner, name_attr, new)
+    return new
+
+
+def swap_conv_module(conv_module: nn.Module, hgw_cfg: Optional[dict]):
+    """Capsules in place of the convolution of an mmcv ``ConvModule``, and a
+    fresh norm after it (if its norm comes after the convolution)."""
+    conv_module.conv = capsule_like(conv_module.conv, hgw_cfg)
+    order = conv_module.order
+    if order.index('norm') > order.index('conv'):
+        renew_norm(conv_module, 'norm_name')
+
+
+def capsule_norms(backbone: nn.Module) -> List[Tuple[str, nn.Module]]:
+    """``(name, module)`` of the norm layers that follow capsule layers."""
+    return [(name, m) for name, m in backbone.named_modules()
+            if name.rsplit('.', 1)[-1].startswith(CAPSULE_NORM_PREFIX)]
+
+
+def train_capsule_norms(backbone: nn.Module, frozen=lambda name: False):
+    """After the stock ``train()``: the norms that follow capsule layers
+    train (batch statistics, running statistics updated) also under
+    ``norm_eval=True``, except those for which ``frozen(name)``."""
+    for name, norm in capsule_norms(backbone):
+        if not frozen(name):
+            norm.train()
+
+
 def check_stage_flags(flags: Sequence[bool], num_stages: int, name: str):
     if len(flags) != num_stages:
         raise ValueError(f'{name} must have one entry per stage '
@@ -37,13 +101,15 @@ def swap_block_convs(backbone: nn.Module, layer_names: Iterable[str],
                      stage_flags: Sequence[bool],
                      hgw_cfg: Optional[dict]) -> List[str]:
     """Replace ``conv2`` (the 3x3 conv of Bottleneck and BasicBlock) of every
-    block in the flagged stages; returns the replaced modules' names."""
+    block in the flagged stages, and the norm after it (``norm2``, by
+    :func:`renew_norm`); returns the replaced convolutions' names."""
     swapped = []
     for stage, (name, flag) in enumerate(zip(layer_names, stage_flags)):
         if not flag:
             continue
         for idx, block in enumerate(getattr(backbone, name)):
             block.conv2 = capsule_like(block.conv2, hgw_cfg)
+            renew_norm(block, 'norm2_name')
             swapped.append(f'{name}.{idx}.conv2')
     return swapped
 
@@ -54,7 +120,9 @@ def report_random_capsules(backbone: nn.Module, swapped: List[str]):
     pretrained = isinstance(init_cfg, dict) and \
         init_cfg.get('type') == 'Pretrained'
     if pretrained and swapped:
+        norms = [name for name, _ in capsule_norms(backbone)]
         MMLogger.get_current_instance().warning(
             f'{type(backbone).__name__}: loaded {init_cfg["checkpoint"]}; '
-            f'{len(swapped)} HGW capsule layers have no counterpart in it '
-            f'and stay randomly initialised: {", ".join(swapped)}')
+            f'{len(swapped)} HGW capsule layers and the {len(norms)} norm '
+            f'layers after them have no counterpart in it and stay freshly '
+            f'initialised: {", ".join(swapped + norms)}')

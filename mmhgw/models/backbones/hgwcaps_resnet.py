@@ -3,7 +3,7 @@ from typing import Optional, Sequence
 
 from mmhgw.registry import DET_MODELS, SEG_MODELS
 from .capsule_swap import (check_stage_flags, report_random_capsules,
-                           swap_block_convs)
+                           swap_block_convs, train_capsule_norms)
 
 
 def _with_capsules(base, name):
@@ -26,6 +26,14 @@ def _with_capsules(base, name):
         positionally too (``HGWCapsResNet(50)`` is ``ResNet(50)`` with
         capsules); the capsule options are keyword-only, so they can never
         shift a stock argument's position.
+
+        The norm after each capsule layer (``bn2`` of the block) is a fresh
+        one, named ``hgw_bn2``: no plain checkpoint fills it, and it trains
+        in train mode (batch statistics, running statistics updated) also
+        under ``norm_eval=True``, since the statistics of the convolution
+        it followed do not describe the capsule output. Every other norm
+        keeps the stock semantics; in frozen stages the new norms are
+        frozen too.
 
         Args:
             *args: the stock backbone's positional arguments.
@@ -54,6 +62,15 @@ def _with_capsules(base, name):
         def init_weights(self):
             super().init_weights()
             report_random_capsules(self, self.hgw_layers)
+
+        def train(self, mode=True):
+            super().train(mode)
+            if mode and self.norm_eval:
+                # Stage i (layer{i}) is frozen for i <= frozen_stages.
+                train_capsule_norms(
+                    self, frozen=lambda name: self.res_layers.index(
+                        name.split('.')[0]) < self.frozen_stages)
+            return self
 
     HGWCapsResNetMixin.__doc__ = HGWCapsResNetMixin.__doc__.replace(
         '{base}', base.__name__)

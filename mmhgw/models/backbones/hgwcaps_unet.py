@@ -2,16 +2,17 @@
 from typing import Optional, Sequence
 
 from mmhgw.registry import SEG_MODELS
-from .capsule_swap import (capsule_like, check_stage_flags,
-                           report_random_capsules)
+from .capsule_swap import (check_stage_flags, report_random_capsules,
+                           swap_conv_module, train_capsule_norms)
 
 __all__ = []
 
 
 def _swap_conv_block(block, hgw_cfg):
-    """Capsules in every 3x3 ConvModule of a UNet ``BasicConvBlock``."""
+    """Capsules in every 3x3 ConvModule of a UNet ``BasicConvBlock``, with
+    fresh norms after them."""
     for conv_module in block.convs:
-        conv_module.conv = capsule_like(conv_module.conv, hgw_cfg)
+        swap_conv_module(conv_module, hgw_cfg)
     return len(block.convs)
 
 
@@ -28,6 +29,12 @@ if SEG_MODELS is not None:
         Stock arguments keep their positions (``HGWCapsUNet(3, 64, 5)`` is
         ``UNet(3, 64, 5)`` with capsules); the capsule options are
         keyword-only.
+
+        The norm after each capsule layer (in the same ``ConvModule``) is a
+        fresh one, named ``hgw_<name>`` (e.g. ``hgw_bn``): no plain
+        checkpoint fills it, and it trains in train mode also under
+        ``norm_eval=True`` (the capsule output has statistics of its own);
+        every other norm keeps the stock semantics.
 
         Args:
             *args: the stock UNet's positional arguments.
@@ -71,5 +78,11 @@ if SEG_MODELS is not None:
         def init_weights(self):
             super().init_weights()
             report_random_capsules(self, self.hgw_layers)
+
+        def train(self, mode=True):
+            super().train(mode)
+            if mode and self.norm_eval:
+                train_capsule_norms(self)
+            return self
 
     __all__.append('HGWCapsUNet')

@@ -7,7 +7,9 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmcv.cnn import build_conv_layer
+from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import Tensor
 
@@ -19,21 +21,32 @@ from .aux_loss import attach_aux_loss
 
 ROUTINGS = ('hgw', 'uniform')
 ABLATIONS = (None, 'A', 'B', 'C')
+OBSERVED = ('coactivation', 'counts')
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
 SAFE_NORM_EPS = 1e-6
+
+#: Whether the warning of ``HGWCaps._loss_scale`` was given.
+_WARNED_UNSCALED = False
+
+
+def presence(capsules: Tensor, dim: int = -1) -> Tensor:
+    """How present each capsule is: ``a = s / (1 + s)`` in ``[0, 1)``, with
+    ``s = ||x||^2 / d`` the squared length per dimension of the capsule
+    vectors along ``dim`` (which is reduced)."""
+    s = capsules.pow(2).mean(dim)
+    return s / (1 + s)
 
 
 def zipf_structure(parts: Tensor) -> Tensor:
     """Observed structure ``C_obs`` of a set of capsule parts (paper Eq. 18).
 
     ``c_ij = 1 / (w_ij + 1)`` with interaction count ``w_ij = a_i a_j``, the
-    co-activation of parts ``i`` and ``j``, where ``a = s / (1 + s)``,
-    ``s = ||x||^2 / d`` is a part's squashed length (in ``[0, 1)``). Parts
-    that are both fully present interact once (c = 1/2); an absent part has
-    no interaction (c = 1). So ``C_obs`` lies in ``(1/2, 1]``: bounded and
-    positive, as the KL loss needs, and a deterministic function of the
-    input (no sampling), hence deterministic in eval mode.
+    co-activation of parts ``i`` and ``j``, ``a`` their :func:`presence`.
+    Parts that are both fully present interact once (c = 1/2); an absent
+    part has no interaction (c = 1). So ``C_obs`` lies in ``(1/2, 1]``:
+    bounded and positive, as the KL loss needs, and a deterministic function
+    of the input (no sampling), hence deterministic in eval mode.
 
     Args:
         parts: [..., V, d].
@@ -41,9 +54,40 @@ def zipf_structure(parts: Tensor) -> Tensor:
     Returns:
         [..., V, V].
     """
-    s = parts.pow(2).mean(-1)
-    a = s / (1 + s)
+    a = presence(parts)
     return 1 / (1 + a.unsqueeze(-1) * a.unsqueeze(-2))
+
+
+def count_structure(x: Tensor, types: int, kernel_size, stride=1, padding=0,
+                    dilation=1) -> Tensor:
+    """Observed structure ``C_obs`` of every k x k patch of an input
+    capsule map, from interaction counts (paper Eq. 18).
+
+    ``w_ij`` counts the positions of the patch where input capsule types
+    ``i`` and ``j`` are both present, softly: ``w_ij = sum_r a_i(r) a_j(r)``
+    over the patch positions ``r``, with ``a`` the :func:`presence` of the
+    input capsules (their lengths); ``c_ij = 1 / (w_ij + 1)``, 1 where no
+    position holds both (padding holds nothing). ``w`` lies in
+    ``[0, k * k]``, so ``C_obs`` in ``[1 / (k * k + 1), 1]``. The counts are
+    observations of the data: computed without gradient.
+
+    Args:
+        x: [B, types * dim, H, W] type-major input capsules.
+        types: input capsule types (V).
+        kernel_size, stride, padding, dilation: the patch grid, as
+            ``nn.Conv2d`` (so the output locations are the layer's).
+
+    Returns:
+        [B, H' * W', V, V].
+    """
+    with torch.no_grad():
+        B, C, H, W = x.shape
+        a = presence(x.view(B, types, C // types, H, W), dim=2)
+        patches = F.unfold(a, kernel_size, dilation=dilation,
+                           padding=padding, stride=stride)
+        patches = patches.view(B, types, -1, patches.shape[-1])
+        counts = torch.einsum('birl,bjrl->blij', patches, patches)
+        return 1 / (1 + counts)
 
 
 def kl_off_diagonal(A: Tensor, B: Tensor) -> Tensor:
@@ -95,12 +139,13 @@ class HGWCaps(BaseModule):
     2. Each output type ``n`` owns a learnable subcapsule ``X_q[n]``
        [V_q = num_parts, part_dim].
     3. Structure ``C = (1 - beta) C_obs + beta K(X, X)`` per domain (Eq. 21),
-       ``C_obs`` by :func:`zipf_structure` (Eq. 18), cross cost
+       ``C_obs`` of Eq. 18 as chosen by ``observed``, cross cost
        ``K(X_p, X_q[n])`` by the bounded distance of
        :func:`mmhgw.ot.embedding_distance`; the HGW distance and the
        barycentric parts (Eq. 24-25) come from the fused op
        :func:`mmhgw.ops.hgw_routing`, which never stores the
-       ``B x L x N x V_p x V_q`` plans and solves them again in backward.
+       ``B x L x N x V_p x V_q`` plans and solves them again in backward;
+       ``beta`` is also the weight of the Wasserstein term ``beta <K, T>``.
     4. Activation ``a_n = exp(-(d_n - min_m d_m) / temperature)`` in
        ``(0, 1]``: a soft version of the paper's routing to the minimal
        distance; the best-aligned type has activation 1.
@@ -112,7 +157,10 @@ class HGWCaps(BaseModule):
        L(K_qq, C_obs_q))`` (Eq. reg; KL loss averaged over off-diagonal
        entries, see :func:`kl_off_diagonal`; ``C_obs`` as the fixed target)
        joins the main loss through
-       :func:`~mmhgw.models.layers.aux_loss.attach_aux_loss`.
+       :func:`~mmhgw.models.layers.aux_loss.attach_aux_loss`, its gradient
+       multiplied by ``loss_scale``: the factor the optimiser wrapper
+       applies to the task loss (AMP loss scale, accumulation), set before
+       each iteration by ``HGWLossScaleHook``; None (no hook) counts as 1.
 
     Like ``nn.Conv2d`` it takes batched [B, C, H, W] and unbatched
     [C, H, W] input. Its parameters and the solver stay in float32 (or
@@ -135,15 +183,34 @@ class HGWCaps(BaseModule):
         eps: solver strength (paper: 1e-3).
         outer_iters, inner_iters: proximal steps and Sinkhorn iterations.
         grad: ``'envelope'`` or ``'unroll'`` (see ``hgw_distance``).
-        beta: final weight of the embeddings (Eq. 21); the current value is
-            the buffer ``beta``, ramped by ``HGWBetaWarmupHook``.
+        beta: final weight of the embeddings in the structures and of the
+            Wasserstein term (Eq. 21, one weight as in the paper); the
+            current value is the buffer ``beta``, ramped by
+            ``HGWBetaWarmupHook``.
         reg_weight: lambda of Eq. reg (paper: 10); finite, >= 0.
         routing: ``'hgw'``, or ``'uniform'`` (plan fixed to ``p q^T``: no
             optimal transport, the baseline routing must beat).
         solver_regularizer: ``'proximal'`` (paper) or ``'entropic'``.
-        ablation: the paper's ablations; ``'A'`` entropic regulariser,
-            ``'B'`` no regulariser E, ``'C'`` beta fixed at 1 (no observed
-            structure). They override the matching arguments.
+        observed: the observed structure ``C_obs`` of the input domain
+            (Eq. 18). ``'coactivation'``: ``w_ij = a_i a_j`` from the
+            presence of the components themselves
+            (:func:`zipf_structure`); ``'counts'``: ``w_ij`` counts the
+            positions of the k x k input patch where capsule types ``i``
+            and ``j`` are both present, by the input capsule lengths
+            (:func:`count_structure`): observed in the input, not in the
+            learned embeddings. The subcapsules' parts are learned, with no
+            data to observe: their ``C_obs`` is their co-activation in both.
+        ablation: the paper's ablations (Sec. Q4), each changing one thing:
+            ``'A'``: the solver's proximal KL term becomes the entropic
+            regulariser H(T) (``solver_regularizer='entropic'``).
+            ``'B'``: no regulariser E (``reg_weight=0``).
+            ``'C'``: no observed structure anywhere. Both structures are
+            the embeddings' alone, ``C = K(X, X)`` (the paper's mixing
+            weight 1), and E's target is Eq. 18 with no interaction
+            observed, ``c_ij = 1`` (E keeps its weight; B removes it). The
+            Wasserstein weight stays ``beta`` (ramped to its final value as
+            in the other variants), so only the use of observed data
+            changes.
         temperature: of the activation; finite, > 0.
         backend: kernels of the routing op (envelope gradients):
             ``'auto'`` (C++ on the CPU, Triton on CUDA, else the torch
@@ -177,6 +244,7 @@ class HGWCaps(BaseModule):
                  routing: str = 'hgw',
                  solver_regularizer: str = 'proximal',
                  ablation: Optional[str] = None,
+                 observed: str = 'coactivation',
                  temperature: float = 0.1,
                  backend: str = 'auto',
                  conv_cfg: Optional[dict] = None,
@@ -204,6 +272,9 @@ class HGWCaps(BaseModule):
         if ablation not in ABLATIONS:
             raise ValueError(f'ablation must be one of {ABLATIONS}, '
                              f'got {ablation!r}')
+        if observed not in OBSERVED:
+            raise ValueError(f'observed must be one of {OBSERVED}, '
+                             f'got {observed!r}')
         if not 0 <= beta <= 1:
             raise ValueError(f'beta must be in [0, 1], got {beta}')
         if backend not in BACKENDS:
@@ -220,8 +291,9 @@ class HGWCaps(BaseModule):
             solver_regularizer = 'entropic'
         elif ablation == 'B':
             reg_weight = 0.0
-        elif ablation == 'C':
-            beta = 1.0
+        #: False under ablation C: no observed structure (see _structures).
+        self.use_observed = ablation != 'C'
+        self.observed = observed
         self.in_channels, self.out_channels = in_channels, out_channels
         self.in_types, self.out_types = in_types, out_types
         self.out_dim = out_channels // out_types
@@ -240,9 +312,10 @@ class HGWCaps(BaseModule):
         self.reg_weight = float(reg_weight)
         self.temperature = float(temperature)
         self.beta_final = float(beta)
-        #: Whether HGWBetaWarmupHook may change beta (not under ablation C).
-        self.beta_scheduled = ablation != 'C'
         self.register_buffer('beta', torch.tensor(float(beta)))
+        #: Factor of the optimiser wrapper on the loss, applied to E's
+        #: gradient (set by HGWLossScaleHook; None: 1).
+        self.loss_scale = None
 
         # One embedding per input type from its own k x k patch.
         self.embed = build_conv_layer(
@@ -262,7 +335,8 @@ class HGWCaps(BaseModule):
         return (f'{self.in_channels}, {self.out_channels}, '
                 f'types={self.in_types}->{self.out_types}, '
                 f'parts={self.num_parts}x{self.part_dim}, '
-                f'routing={self.routing}, ablation={self.ablation}')
+                f'routing={self.routing}, ablation={self.ablation}, '
+                f'observed={self.observed}')
 
     def _components(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
         """Components X_p [B, L, V_p, d] and the output grid (H', W')."""
@@ -272,18 +346,53 @@ class HGWCaps(BaseModule):
                          H * W).permute(0, 3, 1, 2)
         return X_p, (H, W)
 
-    def _structures(self, X_p: Tensor) -> dict:
+    def _observed_p(self, x: Tensor) -> Optional[Tensor]:
+        """``C_obs`` of the input patches [B, L, V_p, V_p] when it is
+        observed in the input x (``observed='counts'``), else None."""
+        if not (self.use_observed and self.observed == 'counts'):
+            return None
+        e = self.embed
+        return count_structure(x, self.in_types, e.kernel_size, e.stride,
+                               e.padding, e.dilation).to(x.dtype)
+
+    def _observed_q(self) -> Tensor:
+        """``C_obs`` of the subcapsules' parts [N, V_q, V_q] (Eq. 18)."""
+        X_q = self.subcapsules
+        if not self.use_observed:  # ablation C: no interaction observed
+            return X_q.new_ones(()).expand(X_q.shape[0], X_q.shape[1],
+                                           X_q.shape[1])
+        return zipf_structure(X_q)
+
+    def _structures(self, X_p: Tensor, obs_p: Optional[Tensor] = None
+                    ) -> dict:
         """The structures of Eq. 21 for components X_p [B, L, V_p, d]:
-        ``C_p`` [B, L, V_p, V_p], ``C_q`` [N, V_q, V_q], ``beta``, and the
-        regulariser's ``K_pp``, ``obs_p``, ``K_qq``, ``obs_q``."""
+        ``C_p`` [B, L, V_p, V_p], ``C_q`` [N, V_q, V_q], ``beta`` (the
+        Wasserstein weight), and the regulariser's ``K_pp``, ``obs_p``,
+        ``K_qq``, ``obs_q`` (its targets).
+
+        ``obs_p``: the input's observed structure from :meth:`_observed_p`
+        (for the same locations as X_p) when ``observed='counts'``.
+        Ablation C uses no observed structure: ``C = K(X, X)`` and the
+        targets are all ones (Eq. 18 with nothing observed).
+        """
         X_q = self.subcapsules
         K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
         K_qq = embedding_distance(X_q, X_q)  # [N, Vq, Vq]
-        obs_p, obs_q = zipf_structure(X_p), zipf_structure(X_q)
         beta = self.beta.to(X_p.dtype)
-        return dict(C_p=mix_structure(obs_p, K_pp, beta),
-                    C_q=mix_structure(obs_q, K_qq, beta), beta=beta,
-                    K_pp=K_pp, obs_p=obs_p, K_qq=K_qq, obs_q=obs_q)
+        obs_q = self._observed_q()
+        if not self.use_observed:
+            obs_p = K_pp.new_ones(()).expand_as(K_pp)
+            C_p, C_q = K_pp, K_qq
+        else:
+            if obs_p is None:
+                if self.observed == 'counts':
+                    raise ValueError("observed='counts' needs the input's "
+                                     'observed structure (obs_p)')
+                obs_p = zipf_structure(X_p)
+            C_p = mix_structure(obs_p, K_pp, beta)
+            C_q = mix_structure(obs_q, K_qq, beta)
+        return dict(C_p=C_p, C_q=C_q, beta=beta, K_pp=K_pp, obs_p=obs_p,
+                    K_qq=K_qq, obs_q=obs_q)
 
     def _cross_cost(self, X_p: Tensor) -> Tensor:
         """``K(X_p, X_q[n])`` [B, L, N, V_p, V_q] (for :meth:`route` and the
@@ -339,7 +448,7 @@ class HGWCaps(BaseModule):
         Plans are materialised: meant for a few images.
         """
         X_p, size = self._components(x)
-        s = self._structures(X_p)
+        s = self._structures(X_p, self._observed_p(x))
         dist, _, plan = self._solve(X_p, s, with_plan=True)
         return dict(components=X_p, distance=dist, plan=plan,
                     K_pp=s['K_pp'], obs_p=s['obs_p'], K_qq=s['K_qq'],
@@ -367,13 +476,30 @@ class HGWCaps(BaseModule):
         return (self.training and self.reg_weight > 0 and
                 torch.is_grad_enabled())
 
+    def _loss_scale(self) -> float:
+        """The factor for E's injected gradient (see ``loss_scale``)."""
+        if self.loss_scale is not None:
+            return self.loss_scale
+        global _WARNED_UNSCALED
+        if not _WARNED_UNSCALED and any(
+                torch.is_autocast_enabled(device)
+                for device in ('cpu', 'cuda')):
+            # Mixed precision without the hook: the task loss is scaled
+            # (2^16 by default) and E would all but vanish beside it.
+            print_log('HGWCaps: training under autocast without '
+                      'HGWLossScaleHook in custom_hooks; the regulariser E '
+                      'does not get the loss scale of the task loss',
+                      logger='current', level='WARNING')
+            _WARNED_UNSCALED = True
+        return 1.0
+
     def forward_terms(self, x: Tensor
                       ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
         """The output, the regulariser E (None unless training with
         ``reg_weight > 0``) and the HGW distances [B, H'*W', out_types],
         with E not yet attached to the output."""
         X_p, size = self._components(x)
-        s = self._structures(X_p)
+        s = self._structures(X_p, self._observed_p(x))
         dist, parts, _ = self._solve(X_p, s)
         out = self._output(self._capsules(parts, dist), size)
         reg = None
@@ -416,7 +542,7 @@ class HGWCaps(BaseModule):
             out, reg, dist = self.forward_terms(x)
         if self.training:
             if reg is not None:
-                out = attach_aux_loss(out, reg)
+                out = attach_aux_loss(out, reg, self._loss_scale())
             self.last_stats = (None if reg is None else reg.detach(),
                                dist.detach().mean())
         return out.to(in_dtype)

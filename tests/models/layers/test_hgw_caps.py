@@ -134,7 +134,108 @@ def test_ablations_set_their_knobs():
     assert small_caps(ablation='A').solver_cfg['regularizer'] == 'entropic'
     assert small_caps(ablation='B').reg_weight == 0
     c = small_caps(ablation='C', beta=0.2)
-    assert c.beta.item() == 1.0 and not c.beta_scheduled
+    # C keeps the Wasserstein weight; only the observed structure goes.
+    assert c.beta.item() == pytest.approx(0.2) and not c.use_observed
+    assert c.reg_weight == small_caps().reg_weight
+
+
+def test_ablation_c_structures_are_embeddings_with_the_same_w_weight():
+    x = torch.randn(2, 16, 5, 4)
+    full, c = small_caps().train(), small_caps(ablation='C').train()
+    X_p, _ = c._components(x)
+    s_full, s_c = full._structures(X_p), c._structures(X_p)
+    assert s_c['beta'] == s_full['beta'] == 0.5
+    torch.testing.assert_close(c._cross_cost(X_p), full._cross_cost(X_p))
+    torch.testing.assert_close(s_c['C_p'], s_c['K_pp'])
+    torch.testing.assert_close(s_c['C_q'], s_c['K_qq'])
+    assert (s_c['obs_p'] == 1).all() and (s_c['obs_q'] == 1).all()
+    assert not torch.allclose(s_full['C_p'], s_c['C_p'])
+
+
+@pytest.mark.parametrize('observed', ['coactivation', 'counts'])
+@pytest.mark.parametrize('backend', ['torch', 'auto'])
+def test_ablation_c_uses_no_observed_structure_anywhere(
+        monkeypatch, observed, backend):
+    """Perturbing C_obs changes the full model's output, regulariser and
+    gradients, and nothing of ablation C's."""
+    from mmhgw.models.layers import hgw_caps
+    x = torch.randn(2, 16, 5, 4)
+    weight = torch.randn(2, 8, 5, 4)
+
+    def run(ablation):
+        caps = small_caps(ablation=ablation, observed=observed,
+                          backend=backend).train()
+        out, reg, dist = caps.forward_terms(x)
+        ((out * weight).sum() + reg).backward()
+        return [out, reg, dist] + [p.grad for p in caps.parameters()]
+
+    before = {ab: run(ab) for ab in (None, 'C')}
+    gen = torch.Generator().manual_seed(3)
+    monkeypatch.setattr(
+        hgw_caps, 'zipf_structure', lambda parts: 0.5 + 0.5 * torch.rand(
+            parts.shape[:-1] + parts.shape[-2:-1], generator=gen))
+    monkeypatch.setattr(
+        hgw_caps, 'count_structure', lambda x, *args: 0.1 + 0.9 * torch.rand(
+            x.shape[0], x.shape[2] * x.shape[3], 4, 4, generator=gen))
+    after = {ab: run(ab) for ab in (None, 'C')}
+    for a, b in zip(before['C'], after['C']):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.allclose(before[None][0], after[None][0])
+    assert not torch.allclose(before[None][1], after[None][1])
+
+
+def count_structure_by_loops(x, types, k, stride, padding, dilation):
+    B, C, H, W = x.shape
+    a = x.view(B, types, C // types, H, W).pow(2).mean(2)
+    a = a / (1 + a)
+    a = torch.nn.functional.pad(a, (padding, ) * 4)
+    H_out = (H + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+    W_out = (W + 2 * padding - dilation * (k - 1) - 1) // stride + 1
+    out = torch.zeros(B, H_out * W_out, types, types)
+    for b, i, j, y, x_ in itertools.product(range(B), range(types),
+                                            range(types), range(H_out),
+                                            range(W_out)):
+        rows = [y * stride + dy * dilation for dy in range(k)]
+        cols = [x_ * stride + dx * dilation for dx in range(k)]
+        w = sum(a[b, i, r, c] * a[b, j, r, c] for r in rows for c in cols)
+        out[b, y * W_out + x_, i, j] = 1 / (1 + w)
+    return out
+
+
+@pytest.mark.parametrize('stride,padding,dilation', [(1, 1, 1), (2, 0, 2)])
+def test_count_structure_counts_co_present_patch_positions(
+        stride, padding, dilation):
+    from mmhgw.models.layers import count_structure
+    x = torch.randn(2, 6, 7, 6) * 2
+    x[:, 4:] = 0  # type 2 absent everywhere: no interaction, c = 1
+    C = count_structure(x, 3, 3, stride, padding, dilation)
+    torch.testing.assert_close(
+        C, count_structure_by_loops(x, 3, 3, stride, padding, dilation))
+    assert (C[..., 2, :] == 1).all() and (C[..., :, 2] == 1).all()
+    assert (C >= 1 / 10).all() and (C <= 1).all()
+    # Eq. 18 from the data: at most k * k positions interact.
+    full = count_structure(torch.full((1, 6, 5, 5), 1e4), 3, 3)
+    torch.testing.assert_close(full, torch.full_like(full, 1 / 10),
+                               atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize('backend', ['torch', 'auto'])
+def test_counts_variant_trains_and_differs_from_coactivation(backend):
+    x = torch.randn(2, 16, 7, 5)
+    caps = small_caps(observed='counts', stride=2, dilation=2,
+                      backend=backend).train()
+    coact = small_caps(stride=2, dilation=2).train()
+    out = caps(x)
+    assert out.shape == coact(x).shape
+    out.pow(2).sum().backward()
+    assert torch.isfinite(caps.subcapsules.grad).all()
+    r = caps.route(x)
+    assert r['obs_p'].shape == r['K_pp'].shape
+    assert r['obs_p'].min() < 0.5  # counts reach beyond one interaction
+    with torch.no_grad():
+        assert not torch.allclose(caps.eval()(x), coact.eval()(x))
+    with pytest.raises(ValueError, match='observed must be one of'):
+        small_caps(observed='labels')
 
 
 def test_zipf_structure_is_bounded_and_one_without_interaction():
@@ -194,6 +295,22 @@ def test_capsule_pool():
                                atol=1e-5, rtol=1e-4)
     with pytest.raises(ValueError, match='divisible by num_types=5'):
         CapsulePool(num_types=5)(x)
+
+
+@pytest.mark.parametrize('scope', ['mmengine', 'mmdet', 'mmseg'])
+def test_capsule_pool_is_exported_and_built_from_configs(scope):
+    """Classification heads elsewhere build it by config, in their scope."""
+    import mmhgw.models.layers as layers
+    from mmengine.registry import MODELS
+    assert 'CapsulePool' in layers.__all__
+    with DefaultScope.overwrite_default_scope(scope):
+        pool = MODELS.build(dict(type='CapsulePool', num_types=4))
+    assert isinstance(pool, CapsulePool)
+    x = torch.zeros(2, 8, 3, 3, requires_grad=True)  # every capsule absent
+    out = pool(x)
+    assert out.shape == (2, 8, 1, 1)
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
 
 
 def test_regulariser_ignores_the_diagonal():
