@@ -123,4 +123,20 @@ if ! works; then
         die "the environment in $VENV does not import (see above)"
     fi
 fi
+
+# The C++ kernels of the routing op (mmhgw/_ext*.so, built in place by the
+# editable install): rebuilt when missing or older than their sources. A
+# failed build leaves the torch fallback (the op warns), not a broken set-up.
+ext_stale() {
+    local so
+    so="$(ls mmhgw/_ext*.so 2>/dev/null | head -n 1)"
+    [ -z "$so" ] && return 0
+    [ -n "$(find mmhgw/ops/csrc setup.py -newer "$so" -type f 2>/dev/null)" ]
+}
+if [ "${MMHGW_NO_EXT:-0}" != 1 ] && ext_stale; then
+    echo "[setup] building the C++ routing kernels (mmhgw._ext)"
+    "$venv_python" setup.py -q build_ext --inplace >/dev/null 2>&1 ||
+        echo "[setup] warning: building mmhgw._ext failed; the routing op will fall back to torch" >&2
+    rm -rf build
+fi
 echo "[setup] environment ready: $VENV"

@@ -242,6 +242,18 @@ def sinkhorn_log(log_kernel: Tensor, log_p: Tensor, log_q: Tensor,
     return f, g
 
 
+def _capped_ratio(num: Tensor, den: Tensor) -> Tensor:
+    """``min(num / den, 1)``, with a gradient that is finite everywhere.
+
+    Where ``den <= num`` the result is 1 and the division is never formed:
+    a plain ``(num / den.clamp_min(tiny)).clamp_max(1)`` sends the masked
+    gradient ``-num / den^2`` (inf for vanishing ``den``) through a zero
+    mask, which makes NaN.
+    """
+    over = den > num
+    return torch.where(over, num / torch.where(over, den, 1.0), 1.0)
+
+
 def round_to_polytope(T: Tensor, p: Tensor, q: Tensor) -> Tensor:
     """Nearby plan with exactly the marginals ``p`` and ``q``.
 
@@ -253,18 +265,24 @@ def round_to_polytope(T: Tensor, p: Tensor, q: Tensor) -> Tensor:
     ``eps = 1e-3`` leave row errors of ~1e-2; this makes every returned plan
     feasible with no extra iteration and no host synchronisation.
 
+    Differentiable with finite gradients (``grad='unroll'``): divisions are
+    formed only where they act, and the deficit correction is skipped when
+    the total deficit is below ``sqrt(tiny)`` of the dtype (it would add
+    less than that to any entry), since its gradient scales as
+    ``1 / total^2``.
+
     Args:
         T: [..., V_p, V_q] non-negative. p: [..., V_p]. q: [..., V_q].
     """
-    tiny = torch.finfo(T.dtype).tiny
-    rows = T.sum(-1).clamp_min(tiny)
-    T = T * (p / rows).clamp_max(1).unsqueeze(-1)
-    cols = T.sum(-2).clamp_min(tiny)
-    T = T * (q / cols).clamp_max(1).unsqueeze(-2)
+    T = T * _capped_ratio(p, T.sum(-1)).unsqueeze(-1)
+    T = T * _capped_ratio(q, T.sum(-2)).unsqueeze(-2)
     deficit_p = (p - T.sum(-1)).clamp_min(0)
     deficit_q = (q - T.sum(-2)).clamp_min(0)
-    total = deficit_p.sum(-1, keepdim=True).clamp_min(tiny).unsqueeze(-1)
-    return T + deficit_p.unsqueeze(-1) * deficit_q.unsqueeze(-2) / total
+    total = deficit_p.sum(-1, keepdim=True).unsqueeze(-1)
+    acts = total > math.sqrt(torch.finfo(T.dtype).tiny)
+    correction = (deficit_p.unsqueeze(-1) * deficit_q.unsqueeze(-2) /
+                  torch.where(acts, total, 1.0))
+    return T + torch.where(acts, correction, 0.0)
 
 
 class HGWResult(NamedTuple):

@@ -87,6 +87,30 @@ std::vector<torch::Tensor> forward(torch::Tensor X_p, torch::Tensor X_q,
   return {dist, parts};
 }
 
+torch::Tensor plans(torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1,
+                    torch::Tensor h2, torch::Tensor row, torch::Tensor col,
+                    double beta, double eps, int64_t outer, int64_t inner,
+                    bool proximal, bool uniform, bool round_plan) {
+  check_inputs(X_p, X_q, h1, h2, row, col);
+  const auto M = X_p.size(0), N = X_q.size(0), Vp = X_p.size(1),
+             Vq = X_q.size(1), d = X_p.size(2);
+  auto out = torch::empty({M, N, Vp, Vq}, X_p.options());
+  auto o = make_options(X_p, X_q, beta, eps, outer, inner, proximal, uniform);
+  o.round_plan = round_plan;
+  AT_DISPATCH_FLOATING_TYPES(X_p.scalar_type(), "hgw_routing_plans", [&] {
+    const auto in = pointers<scalar_t>(X_p, X_q, h1, h2, row, col);
+    const auto sqq = mmhgw::squared_norms(in.Xq, N * Vq, d);
+    scalar_t* out_p = out.data_ptr<scalar_t>();
+    mmhgw::dispatch_sizes(o.Vp, o.Vq, [&]<int VP, int VQ>() {
+      at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
+        mmhgw::plans_range<scalar_t, VP, VQ>(in, o, sqq.data(), begin, end,
+                                             out_p);
+      });
+    });
+  });
+  return out;
+}
+
 std::vector<torch::Tensor> backward(torch::Tensor grad_dist,
                                     torch::Tensor grad_parts,
                                     torch::Tensor X_p, torch::Tensor X_q,
@@ -146,6 +170,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("hgw_routing_forward", &forward,
         "Fused HGW routing: distance [M, N] and barycentric parts "
         "[M, N, Vq, d]");
+  m.def("hgw_routing_plans", &plans,
+        "The plans [M, N, Vp, Vq] (rounded or not), for convergence studies");
   m.def("hgw_routing_backward", &backward,
         "Envelope gradient of the fused HGW routing (solves the plans "
         "again)");

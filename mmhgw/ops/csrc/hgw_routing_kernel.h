@@ -27,6 +27,8 @@ struct Options {
   double beta, eps;
   int outer, inner;
   bool proximal, uniform;
+  // False only to study convergence: the plan before rounding.
+  bool round_plan = true;
 };
 
 // ---------------------------------------------------------------- numerics
@@ -336,6 +338,7 @@ float solve_plan_v8(const float* __restrict__ h1, const float* __restrict__ h2T,
       }
     }
   }
+  if (!o.round_plan) return finish();
   // Rounding onto Gamma(p, q) (mmhgw.ot.round_to_polytope).
   for (int b = 0; b < R; ++b) {
     const v8f rs = reduce_rows(T + 8 * b, add_op);
@@ -356,8 +359,8 @@ float solve_plan_v8(const float* __restrict__ h1, const float* __restrict__ h2T,
   cs = splat(0.0f);
   for (int i = 0; i < VP; ++i) cs += T[i];
   const v8f dq = vmax(q - cs, splat(0.0f));
-  total = total > tn ? total : tn;
-  for (int i = 0; i < VP; ++i) T[i] += u[i] * dq / total;
+  if (total > std::sqrt(tn))
+    for (int i = 0; i < VP; ++i) T[i] += u[i] * dq / total;
   return finish();
 }
 
@@ -435,6 +438,8 @@ class Solver {
     cross_cost(sqq + int64_t(n) * Vq);
     solve_plan();
   }
+
+  const scalar_t* plan() const { return T.data(); }
 
   // <L (x) T + beta K, T> at the current plan (Eq. 21); leaves h1 T in A.
   scalar_t value() {
@@ -719,7 +724,7 @@ class Solver {
         floored_exp(t, P, lo);
       }
     }
-    round_to_polytope(p, q);
+    if (o_.round_plan) round_to_polytope(p, q);
   }
 
   // mmhgw.ot.round_to_polytope: scale down rows over p, then columns over
@@ -765,7 +770,9 @@ class Solver {
     for (int i = 0; i < Vp; ++i)
       for (int j = 0; j < Vq; ++j) Cs[j] += t[i * Vq + j];
     for (int j = 0; j < Vq; ++j) W[j] = q - Cs[j] > 0 ? q - Cs[j] : scalar_t(0);
-    total = total > tn ? total : tn;
+    // Below sqrt(tiny) the correction adds nothing the dtype resolves (and
+    // the reference skips it: its gradient scales as 1 / total^2).
+    if (!(total > std::sqrt(tn))) return;
     for (int i = 0; i < Vp; ++i)
       for (int j = 0; j < Vq; ++j) t[i * Vq + j] += U[i] * W[j] / total;
   }
@@ -804,6 +811,24 @@ void forward_range(const Inputs<scalar_t>& in, const Options& o,
       solver.solve(in, sqq, n);
       dist[m * o.N + n] = solver.value();
       solver.parts(parts + (m * o.N + n) * part_size);
+    }
+  }
+}
+
+// Plans over locations [begin, end) into plans [M, N, Vp, Vq] (for
+// convergence studies; the op itself never writes them).
+template <typename scalar_t, int VP, int VQ>
+void plans_range(const Inputs<scalar_t>& in, const Options& o,
+                 const scalar_t* sqq, int64_t begin, int64_t end,
+                 scalar_t* plans) {
+  Solver<scalar_t, VP, VQ> solver(o);
+  const int64_t P = int64_t(o.Vp) * o.Vq;
+  for (int64_t m = begin; m < end; ++m) {
+    solver.set_location(in, m);
+    for (int n = 0; n < o.N; ++n) {
+      solver.solve(in, sqq, n);
+      const scalar_t* T = solver.plan();
+      std::copy(T, T + P, plans + (m * o.N + n) * P);
     }
   }
 }

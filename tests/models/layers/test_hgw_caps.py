@@ -388,3 +388,18 @@ def test_layer_keeps_nothing_plan_sized_for_backward(backend):
 def test_bad_backend_raises():
     with pytest.raises(ValueError, match='backend must be one of'):
         small_caps(backend='cuda')
+
+
+@pytest.mark.parametrize('seed', [0, 1])
+def test_unrolled_gradients_are_finite_at_the_papers_eps(seed):
+    """grad='unroll' through converging iterations at eps = 1e-3: one
+    near-permutation problem in the batch used to make every subcapsule
+    gradient NaN (the rounding's backward)."""
+    torch.manual_seed(seed)
+    caps = HGWCaps(64, 64, 3, padding=1, in_types=16, out_types=8,
+                   num_parts=4, part_dim=4, eps=1e-3, outer_iters=4,
+                   inner_iters=10, grad='unroll').train()
+    x = torch.randn(2, 64, 6, 6) * 3
+    caps(x).square().sum().backward()
+    for name, p in caps.named_parameters():
+        assert torch.isfinite(p.grad).all(), name
