@@ -33,3 +33,52 @@ def test_layer_forward_backward_on_cuda():
     out.square().sum().backward()
     assert torch.isfinite(x.grad).all()
     assert torch.isfinite(layer.subcapsules.grad).all()
+
+
+def routing_inputs(M, N, V_p, V_q, d, seed=0):
+    """Layer-like float64 inputs of the routing op (as in
+    tests/ops/test_hgw_routing.py)."""
+    from mmhgw.ot import gw_factors
+    g = torch.Generator().manual_seed(seed)
+    X_p = torch.randn(M, V_p, d, generator=g, dtype=torch.float64)
+    X_q = torch.randn(N, V_q, d, generator=g, dtype=torch.float64)
+    C_p = 0.5 + 0.5 * torch.rand(M, V_p, V_p, generator=g, dtype=X_p.dtype)
+    C_q = 0.5 + 0.5 * torch.rand(N, V_q, V_q, generator=g, dtype=X_p.dtype)
+    C_p, C_q = (C_p + C_p.mT) / 2, (C_q + C_q.mT) / 2
+    row, col, h1, h2 = gw_factors(C_p, C_q,
+                                  torch.full((V_p, ), 1 / V_p).double(),
+                                  torch.full((V_q, ), 1 / V_q).double())
+    return [X_p, X_q, h1, h2, row, col, torch.tensor(0.5).double()]
+
+
+@pytest.mark.parametrize('eps,regularizer', [(1e-3, 'proximal'),
+                                             (1e-1, 'entropic')])
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+def test_triton_routing_matches_reference(dtype, eps, regularizer,
+                                          device='cuda'):
+    """The Triton kernels at the layer's sizes against the float64 torch
+    reference on the CPU: float64 within the oracle tolerances of
+    tests/ops; float32 within 1e-4 (the float32 reference itself is 3e-6
+    from float64 here, and Triton's float32 exp and log are the GPU's
+    approximate instructions). ``device`` is a parameter so that the same
+    check can run through the Triton interpreter on the CPU."""
+    pytest.importorskip('triton')
+    from mmhgw.ops import hgw_routing, hgw_routing_reference
+    inputs = [t.requires_grad_() for t in routing_inputs(64, 32, 32, 8, 8)]
+    options = dict(eps=eps, outer_iters=3, inner_iters=4,
+                   regularizer=regularizer)
+    ref = hgw_routing_reference(*inputs, **options)
+    gen = torch.Generator().manual_seed(1)
+    upstream = [torch.randn(t.shape, generator=gen, dtype=t.dtype)
+                for t in ref]
+    grads_ref = torch.autograd.grad(ref, inputs, upstream)
+    ins = [t.detach().to(device, dtype).requires_grad_() for t in inputs]
+    out = hgw_routing(*ins, backend='triton', **options)
+    grads = torch.autograd.grad(out, ins, [u.to(device, dtype)
+                                           for u in upstream])
+    limits = (1e-5, 1e-4) if dtype == torch.float64 else (1e-4, 1e-4)
+    names = ['dist', 'parts', 'X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta']
+    for i, (name, a, b) in enumerate(zip(names, (*out, *grads),
+                                         (*ref, *grads_ref))):
+        error = ((a.detach().cpu().double() - b).norm() / b.norm()).item()
+        assert error < limits[min(i, 2) // 2], (name, error)

@@ -1,5 +1,397 @@
-"""Triton kernels of the HGW routing op (placeholder until written)."""
+"""Triton kernels of the HGW routing op (:mod:`mmhgw.ops.hgw_routing`).
+
+The specification is :func:`mmhgw.ops.hgw_routing_reference`: the same
+iterates, floors and rounding as ``mmhgw/ops/csrc/hgw_routing_kernel.h``.
+
+Layout: one program holds one ``V_p x V_q`` problem in registers, as 2-D
+blocks padded to powers of two (``BP``, ``BQ``; ``BD`` for the embedding
+size) with masks. Padded entries of the log-kernel are set to ``NEG``
+(finite: ``-inf - (-inf)`` would be NaN in the max-shifted sums) and
+padded entries of every ``exp`` and of the plan to 0, so they add nothing
+to a sum. The problems are far below ``tl.dot``'s minimum sizes (``V_q`` is
+8), so the small matrix products are broadcast products reduced by
+``tl.sum``.
+
+- forward: one program per (location m, type n): the cross cost, the
+  proximal-point solve (Eq. 25 / 25a), the value (Eq. 21) and the parts
+  ``V_q T^T X_p[m]``.
+- backward: one program per location, looping over the types: the plan is
+  solved again and the envelope gradient taken at it. The per-location
+  gradients (``dX_p``, ``dh1``, ``drow``) accumulate in registers and are
+  written once; the per-type ones (``dX_q``, ``dh2``, ``dcol``, ``dbeta``)
+  are written per (location, type) into partial buffers that torch sums
+  over the locations: deterministic, no atomics, and bounded by running
+  the locations in chunks.
+
+Numerics: dtype-dependent constants (``eps``, marginals and their logs, the
+floors of :func:`mmhgw.ot.safe_log` and :func:`mmhgw.ot.exp_floor`) enter as
+compile-time constants, materialised in the kernel's dtype exactly as torch
+rounds the reference's Python scalars; ``beta`` is read from its tensor
+(no host synchronisation). float32 divisions use ``tl.div_rn``: Triton's
+default float32 division on NVIDIA GPUs is approximate.
+"""
+import math
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the backend reports itself unavailable
+    triton = None
+
+    class tl:  # noqa: N801 - for the annotations and constants below
+        @staticmethod
+        def constexpr(value=None):
+            return value
 
 
-def available():
-    return False
+def available() -> bool:
+    """Triton importable, and a CUDA device or the Triton interpreter."""
+    if triton is None:
+        return False
+    return (torch.cuda.is_available()
+            or os.environ.get('TRITON_INTERPRET') == '1')
+
+
+def _jit(fn):
+    return fn if triton is None else triton.jit(fn)
+
+
+#: Padding value of the log-kernel: far below any real entry, finite.
+NEG = tl.constexpr(-1e30)
+
+#: Terms of the series of :func:`_neg_expm1` (|x| < 1/2): the remainder is
+#: below float64 resolution.
+EXPM1_TERMS = tl.constexpr(17)
+
+#: Partial-gradient entries per backward launch (chunks of locations).
+BACKWARD_CHUNK_ENTRIES = 2**24
+
+
+# ------------------------------------------------------------ device code
+@_jit
+def _div(x, y, FP32: tl.constexpr):
+    """``x / y`` correctly rounded in both dtypes."""
+    if FP32:
+        return tl.div_rn(x, y)
+    else:
+        return x / y
+
+
+@_jit
+def _neg_expm1(x):
+    """``-expm1(x)`` for ``x <= 0``: ``1 - exp(x)`` cancels for small
+    ``|x|`` (the cross cost of nearly equal embeddings), so there a
+    Taylor series in Horner form is used."""
+    r = tl.zeros_like(x) + 1.0
+    for j in tl.static_range(EXPM1_TERMS - 1):
+        r = 1.0 + x * r * (1.0 / (EXPM1_TERMS - j))
+    return tl.where(x > -0.5, -(x * r), 1.0 - tl.exp(x))
+
+
+@_jit
+def _cross_cost(Xp, Xq, D: tl.constexpr, FP32: tl.constexpr):
+    """``sq = |x_i|^2 + |y_j|^2 - 2 x_i . y_j`` (the reference's
+    expansion), ``E = exp(-max(sq, 0) / d)`` and ``K = 1 - E``."""
+    sqp = tl.sum(Xp * Xp, axis=1)
+    sqq = tl.sum(Xq * Xq, axis=1)
+    dot = tl.sum(Xp[:, None, :] * Xq[None, :, :], axis=2)
+    sq = (sqp[:, None] + sqq[None, :]) - 2.0 * dot
+    x = _div(-tl.maximum(sq, 0.0), tl.zeros_like(sq) + D, FP32)
+    return sq, _neg_expm1(x), tl.exp(x)
+
+
+@_jit
+def _plan(h1, H2, row, col, K, beta, rmask, cmask,
+          BP: tl.constexpr, BQ: tl.constexpr, OUTER: tl.constexpr,
+          INNER: tl.constexpr, PROXIMAL: tl.constexpr,
+          UNIFORM: tl.constexpr, EPS: tl.constexpr, P: tl.constexpr,
+          Q: tl.constexpr, LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
+          LOG_T0: tl.constexpr, UNIF: tl.constexpr, TINY: tl.constexpr,
+          LO: tl.constexpr, FP32: tl.constexpr):
+    """The rounded plan [BP, BQ] (zero where padded) of one problem, the
+    fixed-count path of :func:`mmhgw.ot.plan_from_terms`; also ``h1 T``.
+
+    ``h1`` [BP, BP], ``H2`` [BQ, BQ] (``h2`` itself: ``h1 T h2^T`` reduces
+    along its rows), ``row`` [BP], ``col`` [BQ], ``K`` [BP, BQ].
+    """
+    mask = rmask[:, None] & cmask[None, :]
+    zero = tl.zeros_like(K)
+    if UNIFORM:
+        T = tl.where(mask, zero + UNIF, zero)
+    else:
+        LT = tl.where(mask, zero + LOG_T0, NEG)
+        T = tl.where(mask, tl.exp(LT), zero)
+        f = tl.sum(zero, axis=1)
+        g = tl.sum(zero, axis=0)
+        p_vec = f + P
+        q_vec = g + Q
+        eps = zero + EPS
+        for _step in range(OUTER):
+            # Eq. 25a: cost = row 1^T + 1 col^T - h1 T h2^T + beta K (the
+            # paper's + eps is absorbed by the potentials).
+            A = tl.sum(h1[:, :, None] * T[None, :, :], axis=1)
+            C = tl.sum(A[:, None, :] * H2[None, :, :], axis=2)
+            cost = (row[:, None] + col[None, :]) - C + beta * K
+            LK = _div(-cost, eps, FP32)
+            if PROXIMAL:
+                LK = LK + LT  # KL(T || T_prev), Eq. 25
+            LK = tl.where(mask, LK, NEG)
+            # One log-domain Sinkhorn iteration, max-shifted, floored exp:
+            # f = log p - LSE_j(logk + g), then g = log q - LSE_i(logk + f).
+            x = tl.where(mask, LK + g[None, :], NEG)
+            mx = tl.max(x, axis=1)
+            e = tl.where(mask, tl.exp(tl.maximum(x - mx[:, None], LO)), zero)
+            # Padded rows (columns) sum to 0: their log is kept finite.
+            s = tl.where(rmask, tl.sum(e, axis=1), 1.0)
+            f = tl.where(rmask, LOG_P - (tl.log(s) + mx), 0.0)
+            x = tl.where(mask, LK + f[:, None], NEG)
+            mx = tl.max(x, axis=0)
+            e = tl.where(mask, tl.exp(tl.maximum(x - mx[None, :], LO)), zero)
+            c = tl.where(cmask, tl.sum(e, axis=0), 1.0)
+            g = tl.where(cmask, LOG_Q - (tl.log(c) + mx), 0.0)
+            if INNER > 1:
+                # Stabilised kernel-domain iterations on M = exp(logk+f+g).
+                M = tl.where(mask, tl.exp(tl.maximum(
+                    LK + f[:, None] + g[None, :], LO)), zero)
+                u = f * 0.0
+                v = tl.where(cmask, g * 0.0 + 1.0, 0.0)
+                for _it in range(INNER - 1):
+                    s = tl.maximum(tl.sum(M * v[None, :], axis=1), TINY)
+                    u = tl.where(rmask, _div(p_vec, s, FP32), 0.0)
+                    c = tl.maximum(tl.sum(u[:, None] * M, axis=0), TINY)
+                    v = tl.where(cmask, _div(q_vec, c, FP32), 0.0)
+                f = tl.where(rmask, f + tl.log(tl.maximum(u, TINY)), 0.0)
+                g = tl.where(cmask, g + tl.log(tl.maximum(v, TINY)), 0.0)
+                T = M * u[:, None] * v[None, :]
+                LT = tl.where(mask, LK + f[:, None] + g[None, :], NEG)
+            else:
+                LT = tl.where(mask, LK + f[:, None] + g[None, :], NEG)
+                T = tl.where(mask, tl.exp(tl.maximum(LT, LO)), zero)
+        # Rounding onto Gamma(p, q) (mmhgw.ot.round_to_polytope).
+        rows = tl.maximum(tl.sum(T, axis=1), TINY)
+        T = T * tl.minimum(_div(p_vec, rows, FP32), 1.0)[:, None]
+        cols = tl.maximum(tl.sum(T, axis=0), TINY)
+        T = T * tl.minimum(_div(q_vec, cols, FP32), 1.0)[None, :]
+        dp = tl.where(rmask, tl.maximum(P - tl.sum(T, axis=1), 0.0), 0.0)
+        dq = tl.where(cmask, tl.maximum(Q - tl.sum(T, axis=0), 0.0), 0.0)
+        total = tl.maximum(tl.sum(dp, axis=0), TINY)
+        T = T + _div(dp[:, None] * dq[None, :], zero + total, FP32)
+    A = tl.sum(h1[:, :, None] * T[None, :, :], axis=1)
+    return T, A
+
+
+@_jit
+def _forward_kernel(XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N,
+                    VP: tl.constexpr, VQ: tl.constexpr, D: tl.constexpr,
+                    BP: tl.constexpr, BQ: tl.constexpr, BD: tl.constexpr,
+                    OUTER: tl.constexpr, INNER: tl.constexpr,
+                    PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
+                    EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
+                    LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
+                    LOG_T0: tl.constexpr, UNIF: tl.constexpr,
+                    TINY: tl.constexpr, LO: tl.constexpr,
+                    FP32: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    m = pid // N
+    n = pid % N
+    ip = tl.arange(0, BP)
+    iq = tl.arange(0, BQ)
+    ie = tl.arange(0, BD)
+    rmask = ip < VP
+    cmask = iq < VQ
+    emask = ie < D
+    Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :],
+                 mask=rmask[:, None] & emask[None, :], other=0.0)
+    Xq = tl.load(XQ + n * VQ * D + iq[:, None] * D + ie[None, :],
+                 mask=cmask[:, None] & emask[None, :], other=0.0)
+    h1 = tl.load(H1 + m * VP * VP + ip[:, None] * VP + ip[None, :],
+                 mask=rmask[:, None] & rmask[None, :], other=0.0)
+    h2 = tl.load(H2 + n * VQ * VQ + iq[:, None] * VQ + iq[None, :],
+                 mask=cmask[:, None] & cmask[None, :], other=0.0)
+    row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
+    col = tl.load(COL + n * VQ + iq, mask=cmask, other=0.0)
+    beta = tl.load(BETA)
+    sq, K, E = _cross_cost(Xp, Xq, D, FP32)
+    T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER,
+                 INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q, LOG_T0,
+                 UNIF, TINY, LO, FP32)
+    # Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
+    C = tl.sum(A[:, None, :] * h2[None, :, :], axis=2)
+    value = tl.sum(tl.sum(((row[:, None] + col[None, :]) - C + beta * K) * T,
+                          axis=1), axis=0)
+    tl.store(DIST + pid, value)
+    # Parts: V_q T^T X_p (columns of the plan sum to 1 / V_q).
+    parts = VQ * tl.sum(T[:, :, None] * Xp[:, None, :], axis=0)
+    tl.store(PARTS + pid * VQ * D + iq[:, None] * D + ie[None, :], parts,
+             mask=cmask[:, None] & emask[None, :])
+
+
+@_jit
+def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
+                     DXQ, DH2, DCOL, DBETA, M0, N,
+                     VP: tl.constexpr, VQ: tl.constexpr, D: tl.constexpr,
+                     BP: tl.constexpr, BQ: tl.constexpr, BD: tl.constexpr,
+                     OUTER: tl.constexpr, INNER: tl.constexpr,
+                     PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
+                     EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
+                     LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
+                     LOG_T0: tl.constexpr, UNIF: tl.constexpr,
+                     TINY: tl.constexpr, LO: tl.constexpr,
+                     FP32: tl.constexpr):
+    """Envelope gradient of location ``M0 + pid`` over all types.
+
+    At the fixed plan T: d/drow = gd T 1, d/dcol = gd T^T 1,
+    d/dbeta = gd <K, T>, d/dh1 = -gd T h2 T^T, d/dh2 = -gd T^T h1 T,
+    d/dK = gd beta T chained through K = 1 - exp(-max(sq, 0) / d)
+    (dK/dsq = exp(-sq / d) / d where sq >= 0), and the parts
+    V_q T^T X_p give dX_p += V_q T gp.
+    """
+    pid = tl.program_id(0).to(tl.int64)
+    m = M0 + pid
+    ip = tl.arange(0, BP)
+    iq = tl.arange(0, BQ)
+    ie = tl.arange(0, BD)
+    rmask = ip < VP
+    cmask = iq < VQ
+    emask = ie < D
+    pe_mask = rmask[:, None] & emask[None, :]
+    pp_mask = rmask[:, None] & rmask[None, :]
+    qe_mask = cmask[:, None] & emask[None, :]
+    qq_mask = cmask[:, None] & cmask[None, :]
+    Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :],
+                 mask=pe_mask, other=0.0)
+    h1 = tl.load(H1 + m * VP * VP + ip[:, None] * VP + ip[None, :],
+                 mask=pp_mask, other=0.0)
+    row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
+    beta = tl.load(BETA)
+    dXp = Xp * 0.0
+    dh1 = h1 * 0.0
+    drow = row * 0.0
+    for n in range(N):
+        Xq = tl.load(XQ + n * VQ * D + iq[:, None] * D + ie[None, :],
+                     mask=qe_mask, other=0.0)
+        h2 = tl.load(H2 + n * VQ * VQ + iq[:, None] * VQ + iq[None, :],
+                     mask=qq_mask, other=0.0)
+        col = tl.load(COL + n * VQ + iq, mask=cmask, other=0.0)
+        sq, K, E = _cross_cost(Xp, Xq, D, FP32)
+        T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER,
+                     INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q,
+                     LOG_T0, UNIF, TINY, LO, FP32)
+        gd = tl.load(GD + m * N + n)
+        gp = tl.load(GP + (m * N + n) * VQ * D + iq[:, None] * D + ie[None, :],
+                     mask=qe_mask, other=0.0)
+        dXp += VQ * tl.sum(T[:, :, None] * gp[None, :, :], axis=1)
+        drow += gd * tl.sum(T, axis=1)
+        # T h2 [BP, BQ], then dh1[i, k] -= gd (T h2)[i] . T[k].
+        B = tl.sum(T[:, :, None] * h2[None, :, :], axis=1)
+        dh1 -= gd * tl.sum(B[:, None, :] * T[None, :, :], axis=2)
+        # Cross cost: dsq/dx_i = 2 (x_i - y_j) = -dsq/dy_j.
+        gsq = tl.where(sq >= 0, _div(gd * beta * T * E,
+                                     tl.zeros_like(T) + D, FP32), 0.0)
+        gx = 2.0 * gsq[:, :, None] * (Xp[:, None, :] - Xq[None, :, :])
+        dXp += tl.sum(gx, axis=1)
+        # Per-type gradients: partials of this (location, type).
+        k = pid * N + n
+        tl.store(DXQ + k * VQ * D + iq[:, None] * D + ie[None, :],
+                 -tl.sum(gx, axis=0), mask=qe_mask)
+        dh2 = -gd * tl.sum(T[:, :, None] * A[:, None, :], axis=0)
+        tl.store(DH2 + k * VQ * VQ + iq[:, None] * VQ + iq[None, :], dh2,
+                 mask=qq_mask)
+        tl.store(DCOL + k * VQ + iq, gd * tl.sum(T, axis=0), mask=cmask)
+        tl.store(DBETA + k, gd * tl.sum(tl.sum(K * T, axis=1), axis=0))
+    tl.store(DXP + m * VP * D + ip[:, None] * D + ie[None, :], dXp,
+             mask=pe_mask)
+    tl.store(DH1 + m * VP * VP + ip[:, None] * VP + ip[None, :], dh1,
+             mask=pp_mask)
+    tl.store(DROW + m * VP + ip, drow, mask=rmask)
+
+
+# -------------------------------------------------------------- host code
+def _meta(X_p, X_q, eps, outer, inner, proximal, uniform):
+    """Compile-time arguments: sizes, options, and the constants of the
+    reference in the inputs' dtype (Python floats holding the dtype's
+    values, so the kernel materialises exactly those)."""
+    dtype = X_p.dtype
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f'the Triton kernels run float32 or float64, got '
+                        f'{dtype}')
+    _, V_p, d = X_p.shape
+    V_q = X_q.shape[1]
+    tiny = torch.finfo(dtype).tiny
+    # mmhgw.ot.safe_log of the uniform marginals, as the reference rounds.
+    p = torch.tensor(1.0 / V_p, dtype=dtype)
+    q = torch.tensor(1.0 / V_q, dtype=dtype)
+    log_p, log_q = torch.log(p), torch.log(q)
+    return dict(
+        VP=V_p, VQ=V_q, D=d, BP=triton.next_power_of_2(V_p),
+        BQ=triton.next_power_of_2(V_q), BD=triton.next_power_of_2(d),
+        OUTER=int(outer), INNER=int(inner), PROXIMAL=bool(proximal),
+        UNIFORM=bool(uniform), EPS=float(torch.tensor(eps, dtype=dtype)),
+        P=float(p), Q=float(q), LOG_P=float(log_p), LOG_Q=float(log_q),
+        LOG_T0=float(log_p + log_q),
+        UNIF=float(torch.tensor(1.0 / (V_p * V_q), dtype=dtype)),
+        TINY=tiny, LO=0.5 * math.log(tiny), FP32=dtype == torch.float32)
+
+
+def _num_warps(meta, itemsize, backward):
+    """Warps per program from the bytes of the largest broadcast
+    temporary (``BP x BP x BQ``, the product ``h1 T``). Per ptxas (sm_90):
+    at V_p = 16, V_q = 8 the forward fits 4 warps in both dtypes (56 and
+    118 registers); at V_p = 32 it takes 8 (96 registers in float32; 128
+    and a 44-byte spill in float64), and the backward, with more live
+    blocks, takes 8 from V_p = 16 in float64 and V_p = 32 in float32."""
+    size = meta['BP'] * max(meta['BP'], meta['BD']) * meta['BQ'] * itemsize
+    return 4 if size < (2**14 if backward else 2**15) else 8
+
+
+def forward(X_p, X_q, h1, h2, row, col, beta, eps, outer, inner, proximal,
+            uniform):
+    """``(dist [M, N], parts [M, N, V_q, d])`` of the op (inputs
+    contiguous, one dtype, one device; ``beta`` a 0-dim tensor)."""
+    M = X_p.shape[0]
+    N, V_q, d = X_q.shape
+    dist = X_p.new_empty(M, N)
+    parts = X_p.new_empty(M, N, V_q, d)
+    if M * N == 0:
+        return dist, parts
+    meta = _meta(X_p, X_q, eps, outer, inner, proximal, uniform)
+    _forward_kernel[(M * N, )](X_p, X_q, h1, h2, row, col, beta, dist, parts,
+                               N, num_warps=_num_warps(
+                                   meta, X_p.element_size(), False), **meta)
+    return dist, parts
+
+
+def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
+             outer, inner, proximal, uniform):
+    """The envelope gradient ``(dX_p, dX_q, dh1, dh2, drow, dcol, dbeta)``
+    for upstream gradients ``grad_dist`` [M, N] and ``grad_parts``
+    [M, N, V_q, d] (contiguous)."""
+    M, V_p, d = X_p.shape
+    N, V_q, _ = X_q.shape
+    dX_p, dh1, drow = (torch.empty_like(t) for t in (X_p, h1, row))
+    dX_q, dh2, dcol = (torch.zeros_like(t) for t in (X_q, h2, col))
+    dbeta = torch.zeros_like(beta)
+    if M * N == 0:
+        return dX_p.zero_(), dX_q, dh1.zero_(), dh2, drow.zero_(), dcol, dbeta
+    meta = _meta(X_p, X_q, eps, outer, inner, proximal, uniform)
+    per_pair = V_q * (d + V_q + 1) + 1
+    num_warps = _num_warps(meta, X_p.element_size(), True)
+    chunk = max(1, min(M, BACKWARD_CHUNK_ENTRIES // (N * per_pair)))
+    part_xq = X_p.new_empty(chunk, N, V_q, d)
+    part_h2 = X_p.new_empty(chunk, N, V_q, V_q)
+    part_col = X_p.new_empty(chunk, N, V_q)
+    part_beta = X_p.new_empty(chunk, N)
+    for start in range(0, M, chunk):
+        length = min(chunk, M - start)
+        _backward_kernel[(length, )](
+            grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, dX_p,
+            dh1, drow, part_xq, part_h2, part_col, part_beta, start, N,
+            num_warps=num_warps, **meta)
+        dX_q += part_xq[:length].sum(0)
+        dh2 += part_h2[:length].sum(0)
+        dcol += part_col[:length].sum(0)
+        dbeta += part_beta[:length].sum()
+    return dX_p, dX_q, dh1, dh2, drow, dcol, dbeta
