@@ -177,8 +177,13 @@ def _plan(h1, H2, row, col, K, beta, rmask, cmask,
         T = T * tl.minimum(_div(q_vec, cols, FP32), 1.0)[None, :]
         dp = tl.where(rmask, tl.maximum(P - tl.sum(T, axis=1), 0.0), 0.0)
         dq = tl.where(cmask, tl.maximum(Q - tl.sum(T, axis=0), 0.0), 0.0)
-        total = tl.maximum(tl.sum(dp, axis=0), TINY)
-        T = T + _div(dp[:, None] * dq[None, :], zero + total, FP32)
+        # The correction is skipped below sqrt(tiny), as in the reference
+        # (total^2 > tiny: total >= 0).
+        total = tl.sum(dp, axis=0)
+        acts = total * total > TINY
+        T = T + tl.where(acts, _div(dp[:, None] * dq[None, :],
+                                    zero + tl.where(acts, total, 1.0), FP32),
+                         0.0)
     A = tl.sum(h1[:, :, None] * T[None, :, :], axis=1)
     return T, A
 
