@@ -2,6 +2,7 @@
 forward+backward time, memory kept for backward (CPU) or peak memory (CUDA).
 
     python bench/bench_layer.py [--device cuda] [--routing hgw]
+        [--backend auto]
 """
 import argparse
 import os.path as osp
@@ -50,6 +51,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--routing', default='hgw')
+    parser.add_argument('--backend', default='auto',
+                        help="routing kernels: auto, cpp, triton or torch")
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--no-write', action='store_true')
     args = parser.parse_args()
@@ -61,7 +64,8 @@ def main():
         conv = nn.Conv2d(channels, channels, 3, padding=1,
                          bias=False).to(args.device)
         caps = HGWCaps(channels, channels, 3, padding=1, in_types=32,
-                       out_types=32, routing=args.routing).to(args.device)
+                       out_types=32, routing=args.routing,
+                       backend=args.backend).to(args.device)
         c = measure(conv, x, args.device, args.repeats)
         h = measure(caps, x, args.device, args.repeats)
         rows.append([
@@ -74,11 +78,14 @@ def main():
         print(rows[-1], flush=True)
     mem = 'peak fwd+bwd' if args.device.startswith('cuda') else \
         'saved for backward'
+    cfg = caps.solver_cfg
     body = (
         'HGWCaps defaults: 32 input and output capsule types, 8 parts of '
-        'dim 8 per subcapsule, eps=1e-3, 2 proximal steps x 3 Sinkhorn '
-        f'iterations, envelope gradients, routing={args.routing}. Times are '
-        'medians in ms, ratios against the convolution in the same run.\n\n' +
+        f'dim 8 per subcapsule, eps={cfg["eps"]:g}, {cfg["outer_iters"]} '
+        f'proximal steps x {cfg["inner_iters"]} Sinkhorn iterations, '
+        f'envelope gradients, routing={args.routing}, backend='
+        f'{args.backend}. Times are medians in ms, ratios against the '
+        'convolution in the same run.\n\n' +
         markdown_table([
             'case', 'conv params', 'HGW params', 'conv fwd', 'HGW fwd',
             'conv fwd+bwd', 'HGW fwd+bwd', f'conv {mem} (MiB)',
@@ -86,7 +93,7 @@ def main():
         ], rows))
     print(body)
     if not args.no_write:
-        key = f'layer-{args.routing}-' + (
+        key = f'layer-{args.routing}-{args.backend}-' + (
             'cuda' if args.device.startswith('cuda') else 'cpu')
         write_section(key, f'HGWCaps layer vs 3x3 convolution ({key})',
                       body, args.device)

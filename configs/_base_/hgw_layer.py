@@ -10,9 +10,15 @@ hgw_cfg = dict(
     out_types=32,
     num_parts=8,  # V_q, parts per subcapsule
     part_dim=8,
-    eps=1e-3,  # paper
-    outer_iters=2,
-    inner_iters=3,
+    # Converged routing at the least cost measured (bench/bench_convergence.py,
+    # docs/benchmarks.md): with eps 1e-2 (the proximal step; the paper's
+    # 1e-3 has the same fixed points but needs ~8 x 50 iterations) and
+    # 3 x 10 iterations, rounding moves 1-3% of the plan's mass and 95-96%
+    # of row argmaxes agree with the converged plan, on random and trained
+    # inputs (paper's eps at 2 x 3: 46-83% moved, 52-73% agree).
+    eps=1e-2,
+    outer_iters=3,
+    inner_iters=10,
     grad='envelope',
     beta=0.5,  # final beta; 1.0 would drop the observed structure (abl. C)
     reg_weight=10.0,  # paper's lambda

@@ -180,8 +180,18 @@ class HGWCaps(BaseModule):
             positive ints; with ``in_types`` or ``num_parts`` 1 the
             structure of that side has no off-diagonal entry and its term
             of the regulariser is 0.
-        eps: solver strength (paper: 1e-3).
-        outer_iters, inner_iters: proximal steps and Sinkhorn iterations.
+        eps: proximal step of the solver (paper: 1e-3). In the proximal
+            point method eps is the step size, not a blur: every eps has the
+            same fixed points (stationary points of Eq. 21), and 1e-2
+            reaches them in far fewer iterations. Measured
+            (``bench/bench_convergence.py``): at eps 1e-2 with 3 x 10
+            iterations rounding moves 1-3% of the plan's mass and 95-96%
+            of row argmaxes agree with the converged plan, which itself
+            agrees with the converged plan at eps 1e-3 on ~97% of them; the
+            paper's eps at 2 x 3 iterations moved 46-83% and agreed on
+            52-73%.
+        outer_iters, inner_iters: proximal steps and Sinkhorn iterations
+            per step (defaults: the measured choice above).
         grad: ``'envelope'`` or ``'unroll'`` (see ``hgw_distance``).
         beta: final weight of the embeddings in the structures and of the
             Wasserstein term (Eq. 21, one weight as in the paper); the
@@ -235,9 +245,9 @@ class HGWCaps(BaseModule):
                  out_types: int = 32,
                  num_parts: int = 8,
                  part_dim: int = 8,
-                 eps: float = 1e-3,
-                 outer_iters: int = 2,
-                 inner_iters: int = 3,
+                 eps: float = 1e-2,
+                 outer_iters: int = 3,
+                 inner_iters: int = 10,
                  grad: str = 'envelope',
                  beta: float = 0.5,
                  reg_weight: float = 10.0,
