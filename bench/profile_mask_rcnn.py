@@ -2,8 +2,8 @@
 
 Two views of one ``predict`` on one image, after a warm-up call:
 
-1. By part of the network, from wall-clock timers around the HGW solver
-   (``hgw_distance``), the capsule layers' grouped convolution, the rest of
+1. By part of the network, from wall-clock timers around the HGW routing
+   op (``hgw_routing``), the capsule layers' grouped convolution, the rest of
    the capsule layers, the rest of the backbone, and neck + heads +
    post-processing.
 2. By kind of operator, from ``torch.profiler`` self times: matrix
@@ -99,7 +99,7 @@ def by_part(config, device):
         if isinstance(module, HGWCaps):
             timers.around_module(module, 'capsule layers')
             timers.around_module(module.embed, 'grouped conv')
-    restore = timers.around_function(hgw_caps, 'hgw_distance', 'solver')
+    restore = timers.around_function(hgw_caps, 'hgw_routing', 'solver')
     try:
         with torch.no_grad():
             model.predict(image, samples)  # warm-up
@@ -111,9 +111,9 @@ def by_part(config, device):
         restore()
     t = timers.total
     parts = [
-        ('HGW solver (hgw_distance)', t['solver']),
+        ('HGW routing op (hgw_routing: solve, value, parts)', t['solver']),
         ('capsule grouped conv (embed)', t['grouped conv']),
-        ('capsule layer, rest (structure, cross cost, projection)',
+        ('capsule layer, rest (structures, factors, poses)',
          t['capsule layers'] - t['solver'] - t['grouped conv']),
         ('backbone, rest (stock convs, BN, ReLU)',
          t['backbone'] - t['capsule layers']),
