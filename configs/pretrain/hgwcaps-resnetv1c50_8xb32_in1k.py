@@ -1,0 +1,19 @@
+# ImageNet-1K pretraining of HGWCaps-ResNetV1c-50 (deep stem), the backbone
+# of the DeepLabV3+ configs: capsules in stages 3 and 4 as in
+# ./hgwcaps-resnet50_8xb32_in1k.py. The backbone is MMSegmentation's class,
+# so the checkpoint loads into configs/deeplabv3plus/*hgwcaps-r50* with
+#   backbone=dict(init_cfg=dict(type='Pretrained', prefix='backbone.',
+#                               checkpoint='<this run>/epoch_100.pth'))
+# (the dilations those configs set do not change any weight's shape).
+_base_ = ['./hgwcaps-resnet50_8xb32_in1k.py']
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='HGWCapsResNetV1c',
+        depth=50,
+        out_indices=(3, ),
+        style='pytorch',
+        norm_eval=False,
+        hgw_cfg={{_base_.hgw_cfg}},
+        stage_with_hgw=(False, False, True, True)))
