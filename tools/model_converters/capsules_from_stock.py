@@ -55,6 +55,8 @@ from mmhgw.models import HGWCaps  # noqa: E402
 from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
 
 IMAGE_EXTS = ('.jpg', '.jpeg', '.png', '.bmp')
+#: Name prefix of a norm layer renewed after a capsule layer.
+RENEWED_NORM_PREFIX = 'hgw_'
 
 
 class ConvertError(Exception):
@@ -110,6 +112,14 @@ class CapsuleSite:
         self.norm = (getattr(self.parent, self.norm_attr)
                      if self.norm_attr else None)
         self.stock_norm = None
+        # Backbones that renew the norm after a capsule layer name it
+        # ``hgw_<stock name>``; SRC has it under the stock name.
+        stock_attr = self.norm_attr or ''
+        if stock_attr.startswith(RENEWED_NORM_PREFIX):
+            stock_attr = stock_attr[len(RENEWED_NORM_PREFIX):]
+        head = f'{parent_name}.' if parent_name else ''
+        self.norm_renames = {f'{head}{self.norm_attr}.':
+                             f'{head}{stock_attr}.'} if self.norm else {}
 
     def _norm_attr(self) -> Optional[str]:
         # mmcv ConvModule: conv -> norm (its ``norm_name``).
@@ -157,6 +167,22 @@ class CapsuleSite:
         return self.norm(y) if self.norm is not None else y
 
 
+def stock_key_mapper(sites: List[CapsuleSite]):
+    """Model key -> the key of the same tensor in the stock model (the
+    renewed norms after capsule layers under their stock names)."""
+    renames = {}
+    for site in sites:
+        renames.update(site.norm_renames)
+
+    def stock_key(key: str) -> str:
+        for new, old in renames.items():
+            if key.startswith(new):
+                return old + key[len(new):]
+        return key
+
+    return stock_key
+
+
 def stage_of(model: nn.Module, name: str) -> str:
     """The innermost ``nn.Sequential`` / ``nn.ModuleList`` holding ``name``
     (a ResNet's ``layer3``, a UNet block's ``convs``); the model itself if
@@ -180,6 +206,7 @@ def match_source(model: nn.Module, sites: List[CapsuleSite],
     """
     caps_names = [s.name for s in sites]
     model_state = model.state_dict()
+    stock_key = stock_key_mapper(sites)
 
     def expected(scope):
         head = f'{scope}.' if scope else ''
@@ -189,7 +216,7 @@ def match_source(model: nn.Module, sites: List[CapsuleSite],
                 continue
             if any(key.startswith(c + '.') for c in caps_names):
                 continue
-            keys[key] = value.shape
+            keys[stock_key(key)] = value.shape
         for site in sites:
             if site.name.startswith(head):
                 keys.update(site.stock_keys(''))
@@ -423,10 +450,11 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
     caps_names = [s.name for s in sites]
     # Copy every stock layer (the capsule layers' BNs included).
     own = model.state_dict()
-    loaded = {k: state[src_prefix + k[len(head):]] for k in own
-              if k.startswith(head)
-              and not any(k.startswith(c + '.') for c in caps_names)
-              and src_prefix + k[len(head):] in state}
+    stock_key = stock_key_mapper(sites)
+    src_key = {k: src_prefix + stock_key(k)[len(head):] for k in own
+               if k.startswith(head)
+               and not any(k.startswith(c + '.') for c in caps_names)}
+    loaded = {k: state[v] for k, v in src_key.items() if v in state}
     model.load_state_dict(loaded, strict=False)
     sites = [s for s in sites if s.name.startswith(head)]
     for site in sites:
