@@ -332,40 +332,50 @@ def relative_error(site: CapsuleSite, inputs: torch.Tensor,
     return (num / max(den, 1e-30))**0.5
 
 
-def calibrate_norm(site: CapsuleSite, inputs: torch.Tensor, batch_size: int,
-                   device):
-    """Set the BN's running statistics to those of the capsule layer's
-    output on ``inputs`` while keeping the BN's eval-mode map: then the BN
-    gives (nearly) the same output in train mode, when fine-tuning starts,
-    as in eval mode, where it was fitted."""
+def fit_norm(site: CapsuleSite, inputs: torch.Tensor, batch_size: int,
+             device):
+    """Fit the BN after the capsule layer in closed form: per channel, the
+    least-squares affine map from the capsule output ``z`` to the stock
+    output ``y`` (``a = cov(z, y) / var(z)``, ``b = E[y] - a E[z]``), with
+    the running statistics set to those of ``z``. Then the BN computes that
+    map in eval mode and (nearly) the same in train mode, with batch
+    statistics, when fine-tuning starts; and the fit can only lower the
+    error below that of the constant per-channel mean."""
     bn = site.norm
-    if not isinstance(bn, nn.modules.batchnorm._BatchNorm):
+    if not isinstance(bn, nn.modules.batchnorm._BatchNorm) or not bn.affine:
         return
-    total = sq = 0.0
+    sums = dict(z=0., zz=0., y=0., zy=0.)
     count = 0
     with torch.no_grad():
         for i in range(0, len(inputs), batch_size):
-            z = site.caps(inputs[i:i + batch_size].to(device))
-            total = total + z.sum((0, 2, 3))
-            sq = sq + z.pow(2).sum((0, 2, 3))
+            x = inputs[i:i + batch_size].to(device)
+            z, y = site.caps(x).double(), site.teacher(x).double()
+            sums['z'] = sums['z'] + z.sum((0, 2, 3))
+            sums['zz'] = sums['zz'] + z.pow(2).sum((0, 2, 3))
+            sums['y'] = sums['y'] + y.sum((0, 2, 3))
+            sums['zy'] = sums['zy'] + (z * y).sum((0, 2, 3))
             count += z.shape[0] * z.shape[2] * z.shape[3]
-        mean = total / count
-        var = (sq / count - mean.pow(2)).clamp(min=0)
-        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
-        shift = bn.bias - scale * bn.running_mean
-        bn.running_mean.copy_(mean)
-        bn.running_var.copy_(var)
-        bn.weight.copy_(scale * torch.sqrt(var + bn.eps))
-        bn.bias.copy_(shift + scale * mean)
+        mean_z, mean_y = sums['z'] / count, sums['y'] / count
+        var_z = (sums['zz'] / count - mean_z.pow(2)).clamp(min=0)
+        cov = sums['zy'] / count - mean_z * mean_y
+        # A channel the capsule layer leaves constant gets its mean.
+        a = torch.where(var_z > 1e-12, cov / var_z.clamp(min=1e-12),
+                        torch.zeros_like(cov))
+        b = mean_y - a * mean_z
+        bn.running_mean.copy_(mean_z)
+        bn.running_var.copy_(var_z)
+        bn.weight.copy_(a * torch.sqrt(var_z + bn.eps))
+        bn.bias.copy_(b + a * mean_z)
 
 
 def fit_site(site: CapsuleSite, inputs: torch.Tensor, steps: int,
              batch_size: int, lr: float, device, seed: int):
-    """Adam on the capsule layer and the BN's affine parameters, MSE to the
-    stock output, BN in eval mode (an affine map: the fitted function is the
-    one the converted model computes)."""
+    """The BN in closed form (:func:`fit_norm`), then Adam on the capsule
+    layer and the BN's affine parameters, MSE to the stock output, BN in
+    eval mode (an affine map: the fitted function is the one the converted
+    model computes), then the BN in closed form again."""
     from mmengine.utils import ProgressBar
-    calibrate_norm(site, inputs, batch_size, device)
+    fit_norm(site, inputs, batch_size, device)
     # Backward keeps the forward's tensors instead of recomputing them: a
     # fitting batch is small, and this halves the time of a step.
     recompute = getattr(site.caps, 'recompute', None)
@@ -395,7 +405,7 @@ def fit_site(site: CapsuleSite, inputs: torch.Tensor, steps: int,
     sys.stdout.write('\n')
     if recompute is not None:
         site.caps.recompute = recompute
-    calibrate_norm(site, inputs, batch_size, device)
+    fit_norm(site, inputs, batch_size, device)
 
 
 def capture_inputs(model, forward, sites: List[CapsuleSite], images,
