@@ -118,9 +118,10 @@ def test_wrong_architecture_is_named(setup, tmp_path):
     assert 'resnet18.pth is not a checkpoint of the stock counterpart' \
         in message and 'keys missing' in message
     stock_cfg = tmp_path / 'stock.py'
-    stock_cfg.write_text(f"_base_ = [{setup['config']!r}]\n"
-                         "model = dict(backbone=dict(_delete_=True, type='UNet', "
-                         "base_channels=16))\n")
+    stock_cfg.write_text(
+        f"_base_ = [{setup['config']!r}]\n"
+        "model = dict(backbone=dict(_delete_=True, type='UNet', "
+        "base_channels=16))\n")
     with pytest.raises(SystemExit, match='builds no HGW capsule layer'):
         main([setup['whole'], str(stock_cfg), out])
     not_ckpt = tmp_path / 'notes.pth'

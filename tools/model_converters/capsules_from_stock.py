@@ -466,6 +466,10 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
                and not any(k.startswith(c + '.') for c in caps_names)}
     loaded = {k: state[v] for k, v in src_key.items() if v in state}
     model.load_state_dict(loaded, strict=False)
+    outside = [s.name for s in sites if not s.name.startswith(head)]
+    if outside:
+        print(f'{len(outside)} capsule layers lie outside what SRC covers '
+              f'and stay random: {", ".join(outside)}')
     sites = [s for s in sites if s.name.startswith(head)]
     for site in sites:
         site.load_stock(state, lambda key: src_prefix + key[len(head):])
@@ -480,7 +484,7 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
     normalize = normalizer(model)
     with tempfile.TemporaryDirectory() as tmp:
         folder = images or builtin_images(tmp, num_images, seed)
-        batch, paths = load_images(folder, num_images, img_size, seed)
+        batch, _ = load_images(folder, num_images, img_size, seed)
     source_images = images or f'built-in generated sets (seed {seed})'
     print(f'{len(batch)} images from {source_images}, {img_size[0]}x'
           f'{img_size[1]}; {len(sites)} capsule layers to fit')

@@ -72,7 +72,8 @@ if CLS_MODELS is not None:
                      init_cfg: Optional[dict] = None):
             super().__init__(init_cfg=init_cfg)
             if num_classes < 2:
-                raise ValueError(f'num_classes must be >= 2, got {num_classes}')
+                raise ValueError(
+                    f'num_classes must be >= 2, got {num_classes}')
             if not 0 <= m_neg < m_pos <= 1:
                 raise ValueError(f'need 0 <= m_neg < m_pos <= 1, got '
                                  f'm_neg={m_neg}, m_pos={m_pos}')
