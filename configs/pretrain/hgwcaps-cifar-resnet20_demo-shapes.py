@@ -1,51 +1,25 @@
-# The paper's CIFAR setting (./hgwcaps-resnet110_cifar10.py) at depth 20 on
-# the built-in shape classification set (32x32, 4 classes, made by
-# tools/make_demo_data.py --only cls): a CPU-sized run of the pretraining
-# path. Data are read by MMPretrain's CustomDataset.
-_base_ = ['./hgwcaps-resnet110_cifar10.py']
+# The paper's CIFAR setting (./hgwcaps-resnet110_cifar10.py: capsules of
+# dimension 2 in the last stage, capsule pooling, class capsules) at depth
+# 20 on the built-in shape classification set; data and schedule as the
+# stock ./cifar-resnet20_demo-shapes.py (which imports the plugin).
+_base_ = ['./cifar-resnet20_demo-shapes.py']
 
-data_root = 'data/demo/shapes_cls'
-classes = ('circle', 'square', 'triangle', 'star')
-max_iters = 60
+# The capsule layer's defaults are the shared settings of
+# ../_base_/hgwcaps.py; 32 types give dimension 2 on 64 channels.
+hgw_cfg = dict(type='HGWCaps', in_types=32, out_types=32)
 
 model = dict(
-    backbone=dict(depth=20),
-    head=dict(num_classes=len(classes)))
-data_preprocessor = dict(
-    num_classes=len(classes),
-    mean=[127.5, 127.5, 127.5],
-    std=[64.0, 64.0, 64.0],
-    to_rgb=True)
-
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(type='PackInputs'),
-]
-test_pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
-train_dataloader = dict(
-    batch_size=16, num_workers=0, persistent_workers=False,
-    dataset=dict(
-        _delete_=True, type='CustomDataset', data_root=data_root,
-        ann_file='meta/train.txt', data_prefix='train',
-        metainfo=dict(classes=classes), pipeline=train_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=True))
-val_dataloader = dict(
-    batch_size=16, num_workers=0, persistent_workers=False,
-    dataset=dict(
-        _delete_=True, type='CustomDataset', data_root=data_root,
-        ann_file='meta/val.txt', data_prefix='val',
-        metainfo=dict(classes=classes), pipeline=test_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=False))
-test_dataloader = val_dataloader
-
-optim_wrapper = dict(optimizer=dict(lr=0.05))
-param_scheduler = dict(
-    _delete_=True, type='CosineAnnealingLR', by_epoch=False, T_max=max_iters)
-train_cfg = dict(
-    _delete_=True, by_epoch=False, max_iters=max_iters,
-    val_interval=max_iters)
-default_hooks = dict(
-    logger=dict(interval=10),
-    checkpoint=dict(by_epoch=False, interval=max_iters))
+    backbone=dict(
+        type='HGWCapsCIFARResNet',
+        hgw_cfg=hgw_cfg,
+        stage_with_hgw=(False, False, True)),
+    neck=dict(_delete_=True, type='CapsulePoolNeck', num_types=32),
+    head=dict(
+        _delete_=True,
+        type='ClassCapsuleHead',
+        num_classes=4,
+        in_channels=64,
+        in_types=32,
+        class_dim=16,
+        routing_cfg=hgw_cfg))
 custom_hooks = [dict(type='HGWBetaWarmupHook', warmup_iters=20)]

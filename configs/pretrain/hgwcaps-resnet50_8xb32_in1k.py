@@ -8,10 +8,7 @@
 #   backbone=dict(init_cfg=dict(type='Pretrained', prefix='backbone.',
 #                               checkpoint='<this run>/epoch_100.pth'))
 _base_ = [
-    'mmpretrain::_base_/models/resnet50.py',
-    'mmpretrain::_base_/datasets/imagenet_bs32.py',
-    'mmpretrain::_base_/schedules/imagenet_bs256.py',
-    'mmpretrain::_base_/default_runtime.py',
+    'mmpretrain::resnet/resnet50_8xb32_in1k.py',  # the stock counterpart
     '../_base_/hgwcaps.py',
 ]
 
