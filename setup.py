@@ -69,7 +69,8 @@ setup(
     python_requires='>=3.9',
     install_requires=(read_requirements('torch') + read_requirements('mmcv') +
                       read_requirements('runtime')),
-    extras_require=dict(tests=read_requirements('tests')),
+    extras_require=dict(tests=read_requirements('tests'),
+                        pretrain=read_requirements('pretrain')),
     ext_modules=ext_modules,
     cmdclass=cmdclass,
     license='Apache License 2.0',

@@ -2,9 +2,11 @@
 
 Generic pieces (the capsule layer, hooks) go into mmengine's root registries,
 which every OpenMMLab scope falls back to, so ``build_conv_layer`` finds
-``HGWCaps`` under ``default_scope='mmdet'`` and ``'mmseg'`` alike. Detection
-and segmentation models go into mmdet's and mmseg's own registries, looked up
-here only when those packages are installed: mmhgw imports without them.
+``HGWCaps`` under ``default_scope='mmdet'`` and ``'mmseg'`` alike. Detection,
+segmentation and classification models go into mmdet's, mmseg's and
+mmpretrain's own registries, looked up here only when those packages are
+installed: mmhgw imports without them. (``mmpretrain.registry`` imports none
+of mmpretrain's models, so looking it up stays cheap.)
 """
 import importlib
 import importlib.util
@@ -28,8 +30,10 @@ DET_MODELS = downstream_registry('mmdet', 'MODELS')
 SEG_MODELS = downstream_registry('mmseg', 'MODELS')
 SEG_DATASETS = downstream_registry('mmseg', 'DATASETS')
 SEG_TRANSFORMS = downstream_registry('mmseg', 'TRANSFORMS')
+CLS_MODELS = downstream_registry('mmpretrain', 'MODELS')
 
 __all__ = [
     'MODELS', 'HOOKS', 'DET_MODELS', 'SEG_MODELS', 'SEG_DATASETS',
-    'SEG_TRANSFORMS', 'package_available', 'downstream_registry'
+    'SEG_TRANSFORMS', 'CLS_MODELS', 'package_available',
+    'downstream_registry'
 ]

@@ -1,5 +1,9 @@
-"""Shared fixtures: a reduced HGWCaps segmentation config on generated data."""
+"""Shared fixtures: a reduced HGWCaps segmentation config on generated data;
+MMPretrain's modules registered for the session."""
+import importlib
+import importlib.util
 import os.path as osp
+import sys
 import textwrap
 
 import pytest
@@ -8,6 +12,42 @@ from mmhgw.datasets.synthetic import make_isic_lesions
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DEMO_SEG = osp.join(ROOT, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py')
+TORCHVISION_STAND_IN = osp.join(ROOT, 'tests', 'stubs')
+
+
+def import_mmpretrain() -> bool:
+    """Import and register MMPretrain's modules once; False without it.
+
+    MMPretrain imports torchvision at module level. Where no torchvision
+    build matches the installed torch, the stand-in under ``tests/stubs`` is
+    on ``sys.path`` only while MMPretrain's modules load; afterwards
+    ``import torchvision`` fails again as before, for every other test.
+    """
+    if importlib.util.find_spec('mmpretrain') is None:
+        return False
+    try:
+        import torchvision  # noqa: F401
+        stand_in = False
+    except Exception:  # missing, or built for another torch
+        stand_in = True
+    if stand_in:
+        for name in [m for m in sys.modules if m.split('.')[0] ==
+                     'torchvision']:
+            del sys.modules[name]
+        sys.path.insert(0, TORCHVISION_STAND_IN)
+    try:
+        from mmpretrain.utils import register_all_modules
+        register_all_modules(init_default_scope=False)
+    finally:
+        if stand_in:
+            sys.path.remove(TORCHVISION_STAND_IN)
+            for name in [m for m in sys.modules if m.split('.')[0] ==
+                         'torchvision']:
+                del sys.modules[name]
+    return True
+
+
+MMPRETRAIN = import_mmpretrain()
 
 
 def write_reduced_seg_config(tmp_path, num_train=40, num_val=10):

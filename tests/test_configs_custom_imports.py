@@ -2,6 +2,7 @@
 nothing of mmhgw but what the config's ``custom_imports`` names: the types a
 config uses resolve in a fresh process after only that import."""
 import glob
+import importlib.util
 import json
 import os
 import os.path as osp
@@ -10,9 +11,16 @@ import sys
 import textwrap
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+# MMPretrain's registries import torchvision, which PyPI ships for CUDA
+# torch builds only: where it is missing the pretraining configs cannot be
+# resolved by any tool, and are left out here (their models are tested with
+# a stand-in in tests/models/classification).
+HAS_TORCHVISION = importlib.util.find_spec('torchvision') is not None
 CONFIGS = sorted(
     p for p in glob.glob(osp.join(ROOT, 'configs', '**', '*.py'),
-                         recursive=True) if '_base_' not in p)
+                         recursive=True)
+    if '_base_' not in p and (HAS_TORCHVISION or
+                              f'{osp.sep}pretrain{osp.sep}' not in p))
 
 # Runs in a fresh interpreter. Phase 1 resolves every config's types with
 # mmhgw not imported; phase 2 processes each config's custom_imports (the

@@ -1,5 +1,6 @@
 """Generate the built-in demo datasets (COCO, Pascal VOC and ISIC-2018
-layouts) deterministically from a seed; no download.
+layouts, and a shape classification set) deterministically from a seed;
+no download.
 
     python tools/make_demo_data.py [--out data/demo] [--seed 0] [--scale 1]
 """
@@ -10,6 +11,7 @@ import time
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from mmhgw.datasets.synthetic import make_all  # noqa: E402
+from mmhgw.datasets.synthetic_cls import make_shape_classification  # noqa
 
 
 def main():
@@ -18,10 +20,17 @@ def main():
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--scale', type=float, default=1.0,
                         help='multiplies the number of images of each set')
-    parser.add_argument('--only', nargs='+', choices=['coco', 'voc', 'isic'])
+    parser.add_argument('--only', nargs='+',
+                        choices=['coco', 'voc', 'isic', 'cls'])
     args = parser.parse_args()
     start = time.perf_counter()
-    make_all(args.out, seed=args.seed, scale=args.scale, only=args.only)
+    segdet = [k for k in (args.only or ('coco', 'voc', 'isic')) if k != 'cls']
+    if segdet:
+        make_all(args.out, seed=args.seed, scale=args.scale, only=segdet)
+    if not args.only or 'cls' in args.only:
+        n = lambda k: max(4, int(round(k * args.scale)))  # noqa: E731
+        make_shape_classification(osp.join(args.out, 'shapes_cls'), n(200),
+                                  n(50), seed=args.seed)
     print(f'demo data under {args.out} in {time.perf_counter() - start:.1f}s')
 
 

@@ -109,6 +109,22 @@ if ! have "${runtime_reqs[@]}" "${test_reqs[@]}"; then
     $PIP install -q "${torch_reqs[@]}" "${mmcv_reqs[@]}" "${runtime_reqs[@]}" "${test_reqs[@]}"
 fi
 
+# MMPretrain (configs/pretrain) with --no-deps: its list names its few light
+# dependencies, so nothing installed above changes version.
+mapfile -t pretrain_reqs < <(reqs requirements/pretrain.txt)
+if ! have "${pretrain_reqs[@]}"; then
+    echo "[setup] installing ${pretrain_reqs[0]} and its light dependencies (--no-deps)"
+    $PIP install -q --no-deps "${pretrain_reqs[@]}"
+fi
+# MMPretrain imports torchvision; PyPI's Linux torchvision wheels are CUDA
+# builds, so it is added next to a CUDA torch only (the tests stand in for it
+# where it is missing).
+if "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null \
+    && ! have "torchvision==0.28.0"; then
+    echo "[setup] installing torchvision==0.28.0 (--no-deps) for the CUDA torch"
+    $PIP install -q --no-deps "torchvision==0.28.0"
+fi
+
 # Checked from outside the repository, where only an installed mmhgw imports,
 # and as make test / make demo will use it.
 venv_python="$(cd "$VENV" && pwd)/bin/python"
