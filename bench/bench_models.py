@@ -56,8 +56,6 @@ MODELS = {
     'Mask R-CNN R-50': ('mask-rcnn', dict(config=STOCK_MRCNN)),
     'Mask R-CNN HGWCaps-R50 (hgw)': ('mask-rcnn', dict(config=HGW_MRCNN,
                                                        routing='hgw')),
-    'Mask R-CNN HGWCaps-R50 (hgw, torch reference)': ('mask-rcnn', dict(
-        config=HGW_MRCNN, routing='hgw', backend='torch')),
     'Mask R-CNN HGWCaps-R50 (uniform)': ('mask-rcnn', dict(
         config=HGW_MRCNN, routing='uniform')),
 }
