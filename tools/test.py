@@ -9,7 +9,7 @@ from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
 from mmhgw.config_utils import add_runner_args, config_from_args
-from mmhgw.engine.cpu_dist import prepare_cpu_distributed
+from mmhgw.engine.cpu_dist import finish_distributed, prepare_cpu_distributed
 
 
 def parse_args():
@@ -33,6 +33,7 @@ def main():
     if args.metrics_out:
         with open(args.metrics_out, 'w') as f:
             json.dump(metrics, f, indent=2)
+    finish_distributed()
 
 
 if __name__ == '__main__':

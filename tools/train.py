@@ -10,7 +10,7 @@ from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
 from mmhgw.config_utils import add_runner_args, config_from_args
-from mmhgw.engine.cpu_dist import prepare_cpu_distributed
+from mmhgw.engine.cpu_dist import finish_distributed, prepare_cpu_distributed
 
 
 def parse_args():
@@ -39,6 +39,7 @@ def main():
         cfg.resume, cfg.load_from = True, args.resume
     runner = Runner.from_cfg(cfg)
     runner.train()
+    finish_distributed()
 
 
 if __name__ == '__main__':

@@ -29,3 +29,17 @@ def prepare_cpu_distributed(cfg) -> bool:
     if not dist.is_initialized():
         dist.init_process_group(backend='gloo')
     return True
+
+
+def finish_distributed():
+    """Tear the process group down after a successful run.
+
+    Left to interpreter exit, gloo's worker threads may still hold work
+    items when Python is being finalised, and the process aborts
+    ("terminate called without an active exception") after a run that
+    succeeded. Called only on success: after an exception on one rank the
+    others may be inside a collective, and the teardown could hang.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
