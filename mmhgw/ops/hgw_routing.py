@@ -188,6 +188,17 @@ def _kernel_args(options):
             options['routing'] == 'uniform')
 
 
+def _dense_grads(grad_dist, grad_parts, X_p, X_q):
+    """Upstream gradients as contiguous tensors (zeros for an output that
+    received none), as the kernels read them."""
+    N, V_q, d = X_q.shape
+    grad_dist = (X_p.new_zeros(X_p.shape[0], N) if grad_dist is None else
+                 grad_dist.contiguous())
+    grad_parts = (X_p.new_zeros(X_p.shape[0], N, V_q, d)
+                  if grad_parts is None else grad_parts.contiguous())
+    return grad_dist, grad_parts
+
+
 class _CppRouting(torch.autograd.Function):
     """The C++ kernels of ``mmhgw/ops/csrc/hgw_routing_cpu.cpp``."""
 
@@ -202,14 +213,10 @@ class _CppRouting(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_dist, grad_parts):
         X_p, X_q, h1, h2, row, col, beta = ctx.saved_tensors
-        N, V_q, d = X_q.shape
-        grad_dist = (X_p.new_zeros(X_p.shape[0], N) if grad_dist is None
-                     else grad_dist.contiguous())
-        grad_parts = (X_p.new_zeros(X_p.shape[0], N, V_q, d)
-                      if grad_parts is None else grad_parts.contiguous())
+        grad_dist, grad_parts = _dense_grads(grad_dist, grad_parts, X_p, X_q)
         grads = _ext.hgw_routing_backward(grad_dist, grad_parts, X_p, X_q, h1,
                                           h2, row, col, float(beta),
-                                          *_kernel_args(options=ctx.options))
+                                          *_kernel_args(ctx.options))
         return (*grads[:6], grads[6].to(beta.dtype).view_as(beta), None)
 
 
@@ -228,11 +235,7 @@ class _TritonRouting(torch.autograd.Function):
     def backward(ctx, grad_dist, grad_parts):
         from . import hgw_routing_triton
         X_p, X_q, h1, h2, row, col, beta = ctx.saved_tensors
-        N, V_q, d = X_q.shape
-        grad_dist = (X_p.new_zeros(X_p.shape[0], N) if grad_dist is None
-                     else grad_dist.contiguous())
-        grad_parts = (X_p.new_zeros(X_p.shape[0], N, V_q, d)
-                      if grad_parts is None else grad_parts.contiguous())
+        grad_dist, grad_parts = _dense_grads(grad_dist, grad_parts, X_p, X_q)
         grads = hgw_routing_triton.backward(grad_dist, grad_parts, X_p, X_q,
                                             h1, h2, row, col, beta,
                                             *_kernel_args(ctx.options))

@@ -637,7 +637,6 @@ class Solver {
     for (int j = 0; j < Vq; ++j) G[j] = 0;
     for (int e = 0; e < P; ++e) lt[e] = log_p + log_q;
     const scalar_t prox = o_.proximal ? scalar_t(1) : scalar_t(0);
-    const scalar_t inv_eps = scalar_t(1) / eps_;
     for (int step = 0; step < o_.outer; ++step) {
       gw_product(t, cost);
       // Eq. 25a (the paper's "+ eps" constant is absorbed by the
@@ -649,7 +648,6 @@ class Solver {
           lk[e] = -(rw[i] + cl[j] - cost[e] + beta_ * kc[e]) / eps_ +
                   prox * lt[e];
         }
-      (void)inv_eps;
       transpose(lk, Vp, Vq, lkT);
       // One log-domain iteration: f = log p - LSE_j(logk + g) ...
       for (int i = 0; i < Vp; ++i) rm[i] = ninf;
