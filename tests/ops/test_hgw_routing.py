@@ -14,8 +14,10 @@ from mmhgw.ot import gw_factors
 routing_module = importlib.import_module('mmhgw.ops.hgw_routing')
 
 #: (M, N, V_p, V_q, d): odd sizes (the generic loops), and the layer's
-#: shapes (V_q = 8 with V_p = 16 / 32: the SIMD path; d = 8 and d = 5).
-SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 3, 32, 8, 5)]
+#: shapes (V_q = 8 with V_p = 16 / 32: the SIMD path, its backward with
+#: d = 8; an odd number of types; d = 5).
+SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 5, 32, 8, 8),
+         (2, 3, 32, 8, 5)]
 
 
 def make_inputs(M, N, V_p, V_q, d, dtype, seed=0):

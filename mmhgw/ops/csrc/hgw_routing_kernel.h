@@ -371,7 +371,11 @@ inline void cross_cost_v8(const float* __restrict__ xp,
                           const float* __restrict__ sqp,
                           const float* __restrict__ sqq, int Vp, int d,
                           float* __restrict__ K, float* __restrict__ sq) {
-  std::vector<v8f> XqT(d);
+  // The parts transposed: XqT[e] holds coordinate e of the eight parts (on
+  // the stack for the usual part sizes: this runs once per problem).
+  v8f small[16];
+  std::vector<v8f> large(d > 16 ? d : 0);
+  v8f* XqT = d > 16 ? large.data() : small;
   for (int e = 0; e < d; ++e)
     for (int j = 0; j < 8; ++j) XqT[e][j] = xq[j * d + e];
   v8f sy;
@@ -383,6 +387,119 @@ inline void cross_cost_v8(const float* __restrict__ xp,
     const v8f k = 1.0f - vexp(-vmax(acc, splat(0.0f)) * inv_d, -88.0f);
     std::memcpy(sq + i * 8, &acc, sizeof(acc));
     std::memcpy(K + i * 8, &k, sizeof(k));
+  }
+}
+
+// Envelope gradient of one problem for V_q = 8 and d = 8 (Solver::backward
+// is the specification): every plan row, part and component is one v8f, and
+// each sum over j becomes eight multiply-adds with lane j broadcast.
+//   T, A = h1 T, K, sq: [VP][8];  xp [VP][d];  xq, h2, gp: [8][d or 8].
+template <int VP>
+void backward_v8(const float* __restrict__ T_in, const float* __restrict__ A_in,
+                 const float* __restrict__ K_in, const float* __restrict__ sq_in,
+                 const float* __restrict__ xp, const float* __restrict__ xq,
+                 const float* __restrict__ h2, float beta, float gd,
+                 const float* __restrict__ gp, float* __restrict__ dXp,
+                 float* __restrict__ dh1, float* __restrict__ drow,
+                 float* __restrict__ dXq, float* __restrict__ dh2,
+                 float* __restrict__ dcol, float* dbeta) {
+  static_assert(VP % 8 == 0, "VP must be a multiple of 8");
+  constexpr int R = VP / 8;
+  v8f T[VP], XP[VP], GP[8], XQ[8];
+  std::memcpy(T, T_in, sizeof(T));
+  std::memcpy(XP, xp, sizeof(XP));
+  std::memcpy(GP, gp, sizeof(GP));
+  // Parts: d(V_q T^T X_p)/dX_p = V_q T gp.
+  for (int i = 0; i < VP; ++i) {
+    v8f acc;
+    std::memcpy(&acc, dXp + 8 * i, sizeof(acc));
+    const v8f t = 8.0f * T[i];
+    for (int j = 0; j < 8; ++j) acc += t[j] * GP[j];
+    std::memcpy(dXp + 8 * i, &acc, sizeof(acc));
+  }
+  if (gd == 0) return;
+  v8f A[VP], K[VP], SQ[VP], H2[8];
+  std::memcpy(A, A_in, sizeof(A));
+  std::memcpy(K, K_in, sizeof(K));
+  std::memcpy(SQ, sq_in, sizeof(SQ));
+  std::memcpy(XQ, xq, sizeof(XQ));
+  std::memcpy(H2, h2, sizeof(H2));
+  // Value at the fixed plan: d/drow_i = (T 1)_i, d/dcol_j = (T^T 1)_j,
+  // d/dK = beta T, d/dbeta = <K, T>, d/dh1 = -T h2 T^T, d/dh2 = -T^T h1 T.
+  v8f colsum = splat(0.0f), kt = splat(0.0f);
+  for (int i = 0; i < VP; ++i) {
+    colsum += T[i];
+    kt += K[i] * T[i];
+  }
+  {
+    v8f c;
+    std::memcpy(&c, dcol, sizeof(c));
+    c += gd * colsum;
+    std::memcpy(dcol, &c, sizeof(c));
+  }
+  float ktsum = 0;
+  for (int l = 0; l < 8; ++l) ktsum += kt[l];
+  *dbeta += gd * ktsum;
+  for (int b = 0; b < R; ++b) {
+    const v8f rs = reduce_rows(T + 8 * b, add_op);
+    v8f r;
+    std::memcpy(&r, drow + 8 * b, sizeof(r));
+    r += gd * rs;
+    std::memcpy(drow + 8 * b, &r, sizeof(r));
+  }
+  // dh1[i, k] -= gd (T h2)_i . T_k, as rows of k against the transposed
+  // plan: TT[l] holds column l of T as R vectors.
+  v8f TT[8][R];
+  for (int b = 0; b < R; ++b)
+    for (int l = 0; l < 8; ++l)
+      for (int r = 0; r < 8; ++r) TT[l][b][r] = T[8 * b + r][l];
+  for (int i = 0; i < VP; ++i) {
+    v8f Bi = splat(0.0f);
+    for (int j = 0; j < 8; ++j) Bi += T[i][j] * H2[j];
+    Bi *= gd;
+    for (int b = 0; b < R; ++b) {
+      v8f s;
+      std::memcpy(&s, dh1 + i * VP + 8 * b, sizeof(s));
+      for (int l = 0; l < 8; ++l) s -= Bi[l] * TT[l][b];
+      std::memcpy(dh1 + i * VP + 8 * b, &s, sizeof(s));
+    }
+  }
+  // dh2[j] -= gd sum_i T[i, j] A[i]; the cross cost through
+  // K = 1 - exp(-max(sq, 0) / d): G = 2 gd beta T (1 - K) / d where sq >= 0,
+  // dX_p[i] += (G 1)_i x_i - sum_j G[i, j] y_j,
+  // dX_q[j] -= sum_i G[i, j] x_i - (G^T 1)_j y_j.
+  const float scale = 2 * gd * beta / 8;
+  v8f H2acc[8], XQacc[8], gcol = splat(0.0f);
+  for (int j = 0; j < 8; ++j) H2acc[j] = XQacc[j] = splat(0.0f);
+  v8f G[VP];
+  for (int i = 0; i < VP; ++i) {
+    const v8f g = scale * T[i] * (1.0f - K[i]);
+    G[i] = SQ[i] >= 0.0f ? g : splat(0.0f);
+    gcol += G[i];
+    for (int j = 0; j < 8; ++j) {
+      H2acc[j] += T[i][j] * A[i];
+      XQacc[j] += G[i][j] * XP[i];
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    v8f h, x;
+    std::memcpy(&h, dh2 + 8 * j, sizeof(h));
+    std::memcpy(&x, dXq + 8 * j, sizeof(x));
+    h -= gd * H2acc[j];
+    x -= XQacc[j] - gcol[j] * XQ[j];
+    std::memcpy(dh2 + 8 * j, &h, sizeof(h));
+    std::memcpy(dXq + 8 * j, &x, sizeof(x));
+  }
+  for (int b = 0; b < R; ++b) {
+    const v8f grow = reduce_rows(G + 8 * b, add_op);
+    for (int r = 0; r < 8; ++r) {
+      const int i = 8 * b + r;
+      v8f acc;
+      std::memcpy(&acc, dXp + 8 * i, sizeof(acc));
+      acc += grow[r] * XP[i];
+      for (int j = 0; j < 8; ++j) acc -= G[i][j] * XQ[j];
+      std::memcpy(dXp + 8 * i, &acc, sizeof(acc));
+    }
   }
 }
 
@@ -490,6 +607,14 @@ class Solver {
                 scalar_t* __restrict__ dh2, scalar_t* __restrict__ dcol,
                 scalar_t* dbeta) {
     const int d = o_.d;
+    if constexpr (kSimd) {
+      if (d == 8) {
+        backward_v8<VP>(T.data(), A.data(), Kc.data(), sq.data(), xp_, xq_,
+                        h2_, beta_, gd, gp, dXp, dh1, drow, dXq, dh2, dcol,
+                        dbeta);
+        return;
+      }
+    }
     // Parts: d(V_q T^T X_p)/dX_p = V_q T gp.
     for (int i = 0; i < Vp; ++i)
       for (int j = 0; j < Vq; ++j) {
