@@ -114,6 +114,23 @@ def test_backward_keeps_nothing_plan_sized(backend):
     assert all(torch.isfinite(t.grad).all() for t in inputs)
 
 
+@pytest.mark.skipif(not cpp_available(), reason='C++ extension not built')
+def test_cpp_plans_give_the_reference_parts():
+    """The plans binding (convergence studies) returns each (location, type)
+    plan in its place, also where types are solved two at a time."""
+    M, N, V_p, V_q, d = 2, 5, 32, 8, 8
+    inputs = [t.detach() for t in make_inputs(M, N, V_p, V_q, d,
+                                              torch.float32)]
+    X_p, X_q, h1, h2, row, col, beta = inputs
+    T = routing_module._load_ext().hgw_routing_plans(
+        X_p, X_q, h1, h2, row, col, 0.5, 1e-2, 3, 4, True, False, True)
+    assert T.shape == (M, N, V_p, V_q)
+    _, parts_ref = hgw_routing_reference(*inputs, eps=1e-2, outer_iters=3,
+                                         inner_iters=4)
+    parts = V_q * torch.einsum('mnij,mid->mnjd', T, X_p)
+    assert relative(parts, parts_ref) < 1e-5
+
+
 def test_auto_falls_back_to_torch_with_one_warning(monkeypatch):
     monkeypatch.setattr(routing_module, '_ext', None)
     monkeypatch.setattr(routing_module, '_ext_error', 'not built (test)')

@@ -143,44 +143,78 @@ inline void transpose(const scalar_t* __restrict__ in, int rows, int cols,
 
 
 // ------------------------------------------- SIMD path: V_q = 8, float
-// One row of a problem is one vector of 8 floats (GCC/Clang vector
-// extensions: AVX2 or AVX-512VL code, no intrinsics). Sums and maxima
-// along rows run eight rows at a time through a shuffle tree.
+// One row of a problem is eight floats (GCC/Clang vector extensions: AVX2
+// or AVX-512 code, no intrinsics). A vector holds the same row of G = 1 or
+// 2 problems, one per 8-lane half: with AVX-512 two output types of a
+// location are solved in lockstep (they share h1 and the row marginal, so
+// only the per-type arrays are interleaved). Sums and maxima along rows run
+// eight rows at a time through a shuffle tree within each half.
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
 
-inline v8f splat(float x) { return v8f{x, x, x, x, x, x, x, x}; }
-inline v8f vmax(v8f a, v8f b) { return a > b ? a : b; }
-inline v8f vmin(v8f a, v8f b) { return a < b ? a : b; }
+template <typename V>
+struct Lanes;
+template <>
+struct Lanes<v8f> {
+  using I = v8i;
+  static constexpr int W = 8;
+  static constexpr I iota = {0, 1, 2, 3, 4, 5, 6, 7};
+};
+template <>
+struct Lanes<v16f> {
+  using I = v16i;
+  static constexpr int W = 16;
+  static constexpr I iota = {0, 1, 2, 3, 4, 5, 6, 7,
+                             8, 9, 10, 11, 12, 13, 14, 15};
+};
 
-inline v8f vexp(v8f x, float lo) {
-  x = vmin(vmax(x, splat(lo)), splat(88.0f));
-  const v8f n = (x * kLog2e + kRoundMagic) - kRoundMagic;
-  v8f r = x - n * kLn2Hi;
+template <typename V = v8f>
+inline V splat(float x) {
+  return V{} + x;
+}
+template <typename V>
+inline V vmax(V a, V b) {
+  return a > b ? a : b;
+}
+template <typename V>
+inline V vmin(V a, V b) {
+  return a < b ? a : b;
+}
+
+template <typename V>
+inline V vexp(V x, float lo) {
+  using I = typename Lanes<V>::I;
+  x = vmin(vmax(x, splat<V>(lo)), splat<V>(88.0f));
+  const V n = (x * kLog2e + kRoundMagic) - kRoundMagic;
+  V r = x - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  v8f p = splat(1.9875691500e-4f);
+  V p = splat<V>(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
-  return p * reinterpret_cast<const v8f&>(e);
+  const I e = (__builtin_convertvector(n, I) + 127) << 23;
+  return p * __builtin_bit_cast(V, e);
 }
 
 // log(max(x, tiny)) (see log_poly).
-inline v8f vlog(v8f x) {
-  x = vmax(x, splat(tiny<float>()));
-  const v8i b = reinterpret_cast<const v8i&>(x);
-  v8i e = ((b >> 23) & 0xff) - 127;
-  const v8i mb = (b & 0x007fffff) | 0x3f800000;
-  v8f m = reinterpret_cast<const v8f&>(mb);
-  const v8i big = m > 1.41421356237f;
+template <typename V>
+inline V vlog(V x) {
+  using I = typename Lanes<V>::I;
+  x = vmax(x, splat<V>(tiny<float>()));
+  const I b = __builtin_bit_cast(I, x);
+  I e = ((b >> 23) & 0xff) - 127;
+  const I mb = (b & 0x007fffff) | 0x3f800000;
+  V m = __builtin_bit_cast(V, mb);
+  const I big = m > 1.41421356237f;
   m = big ? m * 0.5f : m;
   e = big ? e + 1 : e;
-  const v8f f = m - 1.0f, z = f * f;
-  v8f y = splat(7.0376836292e-2f);
+  const V f = m - 1.0f, z = f * f;
+  V y = splat<V>(7.0376836292e-2f);
   y = y * f - 1.1514610310e-1f;
   y = y * f + 1.1676998740e-1f;
   y = y * f - 1.2420140846e-1f;
@@ -190,38 +224,70 @@ inline v8f vlog(v8f x) {
   y = y * f - 2.4999993993e-1f;
   y = y * f + 3.3333331174e-1f;
   y = y * f * z;
-  const v8f fe = __builtin_convertvector(e, v8f);
+  const V fe = __builtin_convertvector(e, V);
   y = y + fe * kLn2Lo - 0.5f * z;
   return f + y + fe * kLn2Hi;
 }
 
-// Reduces each of the rows r[0..7] along its lanes: lane k of the result
-// is op over the lanes of r[k].
-template <typename Op>
-inline v8f reduce_rows(const v8f* r, Op op) {
-  const v8i lo1 = {0, 8, 2, 10, 4, 12, 6, 14}, hi1 = {1, 9, 3, 11, 5, 13, 7, 15};
-  const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
-  const v8i lo3 = {0, 1, 2, 3, 8, 9, 10, 11}, hi3 = {4, 5, 6, 7, 12, 13, 14, 15};
-  v8f a[4], b[2];
+// Lane r of each half, broadcast over that half (a per-problem scalar of
+// row r, such as a row potential, against the problem's rows).
+template <typename V>
+inline V row_lane(V x, int r) {
+  constexpr auto iota = Lanes<V>::iota;
+  return __builtin_shuffle(x, (iota & ~7) | r);
+}
+
+// The sum of each half, in every lane of that half.
+template <typename V>
+inline V half_sum(V x) {
+  constexpr auto iota = Lanes<V>::iota;
+  for (int s = 4; s > 0; s >>= 1) x += __builtin_shuffle(x, iota ^ s);
+  return x;
+}
+
+// Reduces each of the rows r[0..7] along the lanes of each half: lane k of
+// a half of the result is op over that half of r[k]. Level s pairs lanes s
+// apart: lane t of a half takes r[2k]'s lane t & ~s where t & s is clear,
+// r[2k + 1]'s otherwise (index W + ... of the two-vector shuffle).
+template <typename V, typename Op>
+inline V reduce_rows(const V* r, Op op) {
+  using I = typename Lanes<V>::I;
+  constexpr I iota = Lanes<V>::iota;
+  constexpr int W = Lanes<V>::W;
+  auto lo = [&](int s) -> I {
+    const I t = iota & 7;
+    return (((t & s) != 0) & W) + (iota & ~7) + (t & ~s);
+  };
+  V a[4], b[2];
+  const I lo1 = lo(1), lo2 = lo(2), lo4 = lo(4);
   for (int k = 0; k < 4; ++k)
     a[k] = op(__builtin_shuffle(r[2 * k], r[2 * k + 1], lo1),
-              __builtin_shuffle(r[2 * k], r[2 * k + 1], hi1));
+              __builtin_shuffle(r[2 * k], r[2 * k + 1], lo1 + 1));
   for (int k = 0; k < 2; ++k)
     b[k] = op(__builtin_shuffle(a[2 * k], a[2 * k + 1], lo2),
-              __builtin_shuffle(a[2 * k], a[2 * k + 1], hi2));
-  return op(__builtin_shuffle(b[0], b[1], lo3), __builtin_shuffle(b[0], b[1], hi3));
+              __builtin_shuffle(a[2 * k], a[2 * k + 1], lo2 + 2));
+  return op(__builtin_shuffle(b[0], b[1], lo4),
+            __builtin_shuffle(b[0], b[1], lo4 + 4));
 }
-inline v8f add_op(v8f a, v8f b) { return a + b; }
+template <typename V>
+inline V add_op(V a, V b) {
+  return a + b;
+}
+template <typename V>
+inline V max_op(V a, V b) {
+  return vmax(a, b);
+}
 
 // C = h1 T h2^T for V_q = 8, with A = h1 T (four rows at a time: one
-// load of T[k] feeds four multiply-adds).
-template <int VP>
-inline void gw_product_v8(const float* __restrict__ h1, const v8f* T,
-                          const v8f* H2T, v8f* A, v8f* C) {
+// load of T[k] feeds four multiply-adds; h1 is the location's, shared by
+// the problems of a vector).
+template <typename V, int VP>
+inline void gw_product_simd(const float* __restrict__ h1, const V* T,
+                            const V* H2T, V* A, V* C) {
   for (int i = 0; i < VP; i += 4) {
-    v8f a0 = splat(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    V a0 = splat<V>(0.0f), a1 = a0, a2 = a0, a3 = a0;
     for (int k = 0; k < VP; ++k) {
-      const v8f t = T[k];
+      const V t = T[k];
       a0 += h1[i * VP + k] * t;
       a1 += h1[(i + 1) * VP + k] * t;
       a2 += h1[(i + 2) * VP + k] * t;
@@ -233,107 +299,99 @@ inline void gw_product_v8(const float* __restrict__ h1, const v8f* T,
     A[i + 3] = a3;
   }
   for (int i = 0; i < VP; ++i) {
-    v8f acc = splat(0.0f);
-    for (int l = 0; l < 8; ++l) acc += A[i][l] * H2T[l];
+    V acc = splat<V>(0.0f);
+    for (int l = 0; l < 8; ++l) acc += row_lane(A[i], l) * H2T[l];
     C[i] = acc;
   }
 }
 
-// The plan of one problem of V_p = VP rows (a multiple of 8) and V_q = 8,
-// the same iterates as Solver::solve_plan, into T_out [VP][8]; returns the
-// value at the plan (Eq. 21) and leaves h1 T in A_out [VP][8].
-template <int VP>
-float solve_plan_v8(const float* __restrict__ h1, const float* __restrict__ h2T,
-                    const float* __restrict__ row, const float* __restrict__ col,
-                    const float* __restrict__ Kc_in, const Options& o,
-                    float* __restrict__ T_out, float* __restrict__ A_out) {
+// The plans of the problems of one vector (V_p = VP rows, a multiple of 8,
+// and V_q = 8), the same iterates as Solver::solve_plan, into T_out [VP];
+// leaves h1 T in A_out [VP] and the value at each plan (Eq. 21) in
+// values[0 .. G). Per-problem inputs (h2^T, the column term, the bounded
+// cross cost K) are interleaved like the rows.
+template <typename V, int VP>
+void solve_plan_simd(const float* __restrict__ h1, const V* H2T,
+                     const float* __restrict__ row, const V colv,
+                     const V* K, const Options& o, V* __restrict__ T_out,
+                     V* __restrict__ A_out, float* values) {
   static_assert(VP % 8 == 0, "VP must be a multiple of 8");
   constexpr int R = VP / 8;  // blocks of eight rows
+  constexpr int G = Lanes<V>::W / 8;  // problems per vector
   const float p = 1.0f / VP, q = 1.0f / 8;
   const float log_p = std::log(p), log_q = std::log(q);
   const float lo = exp_floor<float>(), tn = tiny<float>();
   const float beta = static_cast<float>(o.beta), eps = static_cast<float>(o.eps);
-  v8f T[VP], LT[VP], LK[VP], K[VP], A[VP], C[VP], H2T[8], tmp[VP];
-  float f[VP] __attribute__((aligned(32)));
-  float u[VP] __attribute__((aligned(32)));
-  v8f colv, g, v;
-  std::memcpy(K, Kc_in, sizeof(K));
-  std::memcpy(H2T, h2T, sizeof(H2T));
-  std::memcpy(&colv, col, sizeof(colv));
+  V T[VP], LT[VP], LK[VP], C[VP], tmp[VP];
+  V f[R], u[R];  // row potentials and scalings: lane k <-> row 8 b + k
+  V g, v;
+  V* A = A_out;
+  // Row i's entry of a per-row array of blocks, broadcast in each half.
+  auto at_row = [](const V* blocks, int i) { return row_lane(blocks[i / 8], i % 8); };
   const float T0 = std::exp(log_p + log_q);
-  for (int i = 0; i < VP; ++i) T[i] = splat(T0);
+  for (int i = 0; i < VP; ++i) T[i] = splat<V>(T0);
   auto finish = [&]() {
     // Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
-    gw_product_v8<VP>(h1, T, H2T, A, C);
-    v8f acc = splat(0.0f);
+    gw_product_simd<V, VP>(h1, T, H2T, A, C);
+    V acc = splat<V>(0.0f);
     for (int i = 0; i < VP; ++i)
       acc += ((row[i] + colv) - C[i] + beta * K[i]) * T[i];
     std::memcpy(T_out, T, sizeof(T));
-    std::memcpy(A_out, A, sizeof(A));
-    float value = 0;
-    for (int l = 0; l < 8; ++l) value += acc[l];
-    return value;
+    acc = half_sum(acc);
+    for (int h = 0; h < G; ++h) values[h] = acc[8 * h];
   };
   if (o.uniform) return finish();
-  for (int i = 0; i < VP; ++i) LT[i] = splat(log_p + log_q);
-  g = splat(0.0f);
+  for (int i = 0; i < VP; ++i) LT[i] = splat<V>(log_p + log_q);
+  g = splat<V>(0.0f);
   const float prox = o.proximal ? 1.0f : 0.0f;
   for (int step = 0; step < o.outer; ++step) {
     // cost = row 1^T + 1 col^T - h1 T h2^T + beta K (Eq. 10, 25a).
-    gw_product_v8<VP>(h1, T, H2T, A, C);
+    gw_product_simd<V, VP>(h1, T, H2T, A, C);
     for (int i = 0; i < VP; ++i)
       LK[i] = -((row[i] + colv) - C[i] + beta * K[i]) / eps + prox * LT[i];
     // f = log p - LSE_j(logk + g), eight rows at a time.
     for (int b = 0; b < R; ++b) {
-      v8f x[8], e[8];
+      V x[8], e[8];
       for (int k = 0; k < 8; ++k) x[k] = LK[8 * b + k] + g;
-      const v8f mx = reduce_rows(x, vmax);
-      for (int k = 0; k < 8; ++k) e[k] = vexp(x[k] - mx[k], lo);
-      const v8f sum = reduce_rows(e, add_op);
-      const v8f fb = log_p - (vlog(sum) + mx);
-      std::memcpy(f + 8 * b, &fb, sizeof(fb));
+      const V mx = reduce_rows(x, max_op<V>);
+      for (int k = 0; k < 8; ++k) e[k] = vexp(x[k] - row_lane(mx, k), lo);
+      const V sum = reduce_rows(e, add_op<V>);
+      f[b] = log_p - (vlog(sum) + mx);
     }
     // g = log q - LSE_i(logk + f).
-    v8f cm = splat(-std::numeric_limits<float>::infinity());
+    V cm = splat<V>(-std::numeric_limits<float>::infinity());
     for (int i = 0; i < VP; ++i) {
-      tmp[i] = LK[i] + f[i];
+      tmp[i] = LK[i] + at_row(f, i);
       cm = vmax(cm, tmp[i]);
     }
-    v8f cs = splat(0.0f);
+    V cs = splat<V>(0.0f);
     for (int i = 0; i < VP; ++i) cs += vexp(tmp[i] - cm, lo);
     g = log_q - (vlog(cs) + cm);
     if (o.inner > 1) {
       // Stabilised kernel-domain iterations on M = exp(logk + f + g).
-      v8f* Mx = tmp;
-      for (int i = 0; i < VP; ++i) Mx[i] = vexp(LK[i] + f[i] + g, lo);
-      v = splat(1.0f);
+      V* Mx = tmp;
+      for (int i = 0; i < VP; ++i) Mx[i] = vexp(tmp[i] + g, lo);
+      v = splat<V>(1.0f);
       for (int it = 0; it < o.inner - 1; ++it) {
         for (int b = 0; b < R; ++b) {
-          v8f x[8];
+          V x[8];
           for (int k = 0; k < 8; ++k) x[k] = Mx[8 * b + k] * v;
-          const v8f sb = reduce_rows(x, add_op);
-          const v8f ub = p / vmax(sb, splat(tn));
-          std::memcpy(u + 8 * b, &ub, sizeof(ub));
+          const V sb = reduce_rows(x, add_op<V>);
+          u[b] = p / vmax(sb, splat<V>(tn));
         }
-        v8f c = splat(0.0f);
-        for (int i = 0; i < VP; ++i) c += u[i] * Mx[i];
-        v = q / vmax(c, splat(tn));
+        V c = splat<V>(0.0f);
+        for (int i = 0; i < VP; ++i) c += at_row(u, i) * Mx[i];
+        v = q / vmax(c, splat<V>(tn));
       }
-      for (int b = 0; b < R; ++b) {
-        v8f ub, fb;
-        std::memcpy(&ub, u + 8 * b, sizeof(ub));
-        std::memcpy(&fb, f + 8 * b, sizeof(fb));
-        fb += vlog(ub);
-        std::memcpy(f + 8 * b, &fb, sizeof(fb));
-      }
+      for (int b = 0; b < R; ++b) f[b] += vlog(u[b]);
       g += vlog(v);
       for (int i = 0; i < VP; ++i) {
-        T[i] = Mx[i] * u[i] * v;
-        LT[i] = LK[i] + f[i] + g;
+        T[i] = Mx[i] * at_row(u, i) * v;
+        LT[i] = LK[i] + at_row(f, i) + g;
       }
     } else {
       for (int i = 0; i < VP; ++i) {
-        LT[i] = LK[i] + f[i] + g;
+        LT[i] = LK[i] + at_row(f, i) + g;
         T[i] = vexp(LT[i], lo);
       }
     }
@@ -341,26 +399,28 @@ float solve_plan_v8(const float* __restrict__ h1, const float* __restrict__ h2T,
   if (!o.round_plan) return finish();
   // Rounding onto Gamma(p, q) (mmhgw.ot.round_to_polytope).
   for (int b = 0; b < R; ++b) {
-    const v8f rs = reduce_rows(T + 8 * b, add_op);
-    const v8f k = vmin(p / vmax(rs, splat(tn)), splat(1.0f));
-    for (int r = 0; r < 8; ++r) T[8 * b + r] *= k[r];
+    const V rs = reduce_rows(T + 8 * b, add_op<V>);
+    const V k = vmin(p / vmax(rs, splat<V>(tn)), splat<V>(1.0f));
+    for (int r = 0; r < 8; ++r) T[8 * b + r] *= row_lane(k, r);
   }
-  v8f cs = splat(0.0f);
+  V cs = splat<V>(0.0f);
   for (int i = 0; i < VP; ++i) cs += T[i];
-  const v8f kc = vmin(q / vmax(cs, splat(tn)), splat(1.0f));
+  const V kc = vmin(q / vmax(cs, splat<V>(tn)), splat<V>(1.0f));
   for (int i = 0; i < VP; ++i) T[i] *= kc;
-  float total = 0;
+  V total = splat<V>(0.0f);
   for (int b = 0; b < R; ++b) {
-    const v8f rs = reduce_rows(T + 8 * b, add_op);
-    const v8f dp = vmax(p - rs, splat(0.0f));
-    std::memcpy(u + 8 * b, &dp, sizeof(dp));
-    for (int r = 0; r < 8; ++r) total += dp[r];
+    const V rs = reduce_rows(T + 8 * b, add_op<V>);
+    u[b] = vmax(p - rs, splat<V>(0.0f));
+    total += u[b];
   }
-  cs = splat(0.0f);
+  total = half_sum(total);
+  cs = splat<V>(0.0f);
   for (int i = 0; i < VP; ++i) cs += T[i];
-  const v8f dq = vmax(q - cs, splat(0.0f));
-  if (total > std::sqrt(tn))
-    for (int i = 0; i < VP; ++i) T[i] += u[i] * dq / total;
+  const V dq = vmax(q - cs, splat<V>(0.0f));
+  // Per problem: no correction below sqrt(tiny) (see Solver).
+  const V coef = total > std::sqrt(tn) ? dq / vmax(total, splat<V>(tn))
+                                       : splat<V>(0.0f);
+  for (int i = 0; i < VP; ++i) T[i] += at_row(u, i) * coef;
   return finish();
 }
 
@@ -441,7 +501,7 @@ void backward_v8(const float* __restrict__ T_in, const float* __restrict__ A_in,
   for (int l = 0; l < 8; ++l) ktsum += kt[l];
   *dbeta += gd * ktsum;
   for (int b = 0; b < R; ++b) {
-    const v8f rs = reduce_rows(T + 8 * b, add_op);
+    const v8f rs = reduce_rows(T + 8 * b, add_op<v8f>);
     v8f r;
     std::memcpy(&r, drow + 8 * b, sizeof(r));
     r += gd * rs;
@@ -491,7 +551,7 @@ void backward_v8(const float* __restrict__ T_in, const float* __restrict__ A_in,
     std::memcpy(dXq + 8 * j, &x, sizeof(x));
   }
   for (int b = 0; b < R; ++b) {
-    const v8f grow = reduce_rows(G + 8 * b, add_op);
+    const v8f grow = reduce_rows(G + 8 * b, add_op<v8f>);
     for (int r = 0; r < 8; ++r) {
       const int i = 8 * b + r;
       v8f acc;
@@ -525,9 +585,9 @@ class Solver {
         P(Vp * Vq),
         beta_(static_cast<scalar_t>(o.beta)),
         eps_(static_cast<scalar_t>(o.eps)) {
-    for (auto* a : {&Kc, &sq, &T, &logT, &logk, &logkT, &M, &MT, &A, &C, &B,
-                    &BT})
-      a->resize(P);
+    // One slot per problem of a group (see solve).
+    for (auto* a : {&Kc, &sq, &T, &A}) a->resize(kGroup * P);
+    for (auto* a : {&logT, &logk, &logkT, &M, &MT, &C, &B, &BT}) a->resize(P);
     h2T.resize(Vq * Vq);
     for (auto* a : {&f, &u, &s, &rmax, &sqp}) a->resize(Vp);
     for (auto* a : {&g, &v, &c, &cmax}) a->resize(Vq);
@@ -545,22 +605,37 @@ class Solver {
     }
   }
 
-  // Per (location, type n): cross cost and transposed h2; then the plan.
-  void solve(const Inputs<scalar_t>& in, const scalar_t* sqq, int n) {
+  // Problems solved together: two output types in lockstep where the
+  // SIMD path has 16-lane vectors (AVX-512), one otherwise.
+#ifdef __AVX512F__
+  static constexpr int kGroup = (std::is_same_v<scalar_t, float> && VQ == 8 &&
+                                 VP > 0 && VP % 8 == 0) ? 2 : 1;
+#else
+  static constexpr int kGroup = 1;
+#endif
+
+  // Per location m and types n .. n + count - 1 (count <= kGroup): cross
+  // costs, then the plans; problem n + s is then in slot s.
+  void solve(const Inputs<scalar_t>& in, const scalar_t* sqq, int n,
+             int count = 1) {
     const int d = o_.d;
-    xq_ = in.Xq + int64_t(n) * Vq * d;
-    h2_ = in.h2 + int64_t(n) * Vq * Vq;
-    col_ = in.col + int64_t(n) * Vq;
-    transpose(h2_, Vq, Vq, h2T.data());
-    cross_cost(sqq + int64_t(n) * Vq);
-    solve_plan();
+    for (int s = 0; s < count; ++s) {
+      const int64_t t = n + s;
+      xq_[s] = in.Xq + t * Vq * d;
+      h2_[s] = in.h2 + t * Vq * Vq;
+      col_[s] = in.col + t * Vq;
+      cross_cost(sqq + t * Vq, s);
+    }
+    solve_plan(count);
   }
 
-  const scalar_t* plan() const { return T.data(); }
+  const scalar_t* plan(int s = 0) const { return T.data() + s * P; }
 
-  // <L (x) T + beta K, T> at the current plan (Eq. 21); leaves h1 T in A.
-  scalar_t value() {
-    if constexpr (kSimd) return value_;
+  // <L (x) T + beta K, T> at the plan of slot s (Eq. 21); leaves h1 T in
+  // A.
+  scalar_t value(int s = 0) {
+    if constexpr (kSimd) return value_[s];
+    const scalar_t* __restrict__ col_ = this->col_[0];
     gw_product(T.data(), C.data());
     scalar_t acc = 0;
     for (int i = 0; i < Vp; ++i)
@@ -571,9 +646,10 @@ class Solver {
     return acc;
   }
 
-  // out [Vq, d] <- V_q T^T X_p (columns of T sum to 1 / V_q).
-  void parts(scalar_t* __restrict__ out) const {
+  // out [Vq, d] <- V_q T^T X_p (columns of T sum to 1 / V_q), slot s.
+  void parts(scalar_t* __restrict__ out, int s = 0) const {
     const int d = o_.d;
+    const scalar_t* __restrict__ T = plan(s);
     if constexpr (kSimd) {
       if (d == 8) {
         for (int j = 0; j < 8; ++j) {
@@ -597,24 +673,33 @@ class Solver {
       }
   }
 
-  // Envelope gradient at the current plan, for upstream gradients gd (of
+  // Envelope gradient at the plan of a slot, for upstream gradients gd (of
   // the value) and gp [Vq, d] (of the parts). Per-location outputs dXp,
   // dh1, drow are accumulated; shared ones (dXq, dh2, dcol [this type's
-  // slices], dbeta) too. Requires value() to have run (A = h1 T).
+  // slices], dbeta) too. Requires value(slot) to have run (A = h1 T).
   void backward(scalar_t gd, const scalar_t* __restrict__ gp,
                 scalar_t* __restrict__ dXp, scalar_t* __restrict__ dh1,
                 scalar_t* __restrict__ drow, scalar_t* __restrict__ dXq,
                 scalar_t* __restrict__ dh2, scalar_t* __restrict__ dcol,
-                scalar_t* dbeta) {
+                scalar_t* dbeta, int slot = 0) {
     const int d = o_.d;
     if constexpr (kSimd) {
       if (d == 8) {
-        backward_v8<VP>(T.data(), A.data(), Kc.data(), sq.data(), xp_, xq_,
-                        h2_, beta_, gd, gp, dXp, dh1, drow, dXq, dh2, dcol,
-                        dbeta);
+        const int o = slot * P;
+        backward_v8<VP>(T.data() + o, A.data() + o, Kc.data() + o,
+                        sq.data() + o, xp_, xq_[slot], h2_[slot], beta_, gd,
+                        gp, dXp, dh1, drow, dXq, dh2, dcol, dbeta);
         return;
       }
     }
+    // This slot's plan, h1 T, cross cost and type.
+    const int o = slot * P;
+    const scalar_t* __restrict__ T = this->T.data() + o;
+    const scalar_t* __restrict__ A = this->A.data() + o;
+    const scalar_t* __restrict__ Kc = this->Kc.data() + o;
+    const scalar_t* __restrict__ sq = this->sq.data() + o;
+    const scalar_t* __restrict__ xq_ = this->xq_[slot];
+    const scalar_t* __restrict__ h2_ = this->h2_[slot];
     // Parts: d(V_q T^T X_p)/dX_p = V_q T gp.
     for (int i = 0; i < Vp; ++i)
       for (int j = 0; j < Vq; ++j) {
@@ -645,7 +730,7 @@ class Solver {
       }
     }
     transpose(B.data(), Vp, Vq, BT.data());
-    transpose(T.data(), Vp, Vq, MT.data());
+    transpose(T, Vp, Vq, MT.data());
     for (int i = 0; i < Vp; ++i) {
       for (int k = 0; k < Vp; ++k) s[k] = 0;
       for (int l = 0; l < Vq; ++l) {
@@ -677,12 +762,14 @@ class Solver {
   }
 
  private:
-  void cross_cost(const scalar_t* __restrict__ sqq) {
+  void cross_cost(const scalar_t* __restrict__ sqq, int s) {
     const int d = o_.d;
     if constexpr (kSimd) {
-      cross_cost_v8(xp_, xq_, sqp.data(), sqq, Vp, d, Kc.data(), sq.data());
+      cross_cost_v8(xp_, xq_[s], sqp.data(), sqq, Vp, d, Kc.data() + s * P,
+                    sq.data() + s * P);
       return;
     }
+    const scalar_t* __restrict__ xq_ = this->xq_[0];
     scalar_t* __restrict__ q2 = sq.data();
     for (int i = 0; i < Vp; ++i)
       for (int j = 0; j < Vq; ++j) q2[i * Vq + j] = sqp[i] + sqq[j];
@@ -726,12 +813,13 @@ class Solver {
   static constexpr bool kSimd =
       std::is_same_v<scalar_t, float> && VQ == 8 && VP > 0 && VP % 8 == 0;
 
-  void solve_plan() {
+  void solve_plan(int count) {
     if constexpr (kSimd) {
-      value_ = solve_plan_v8<VP>(h1_, h2T.data(), row_, col_, Kc.data(), o_,
-                                 T.data(), A.data());
-      return;
+      if constexpr (kGroup == 2)
+        if (count == 2) return solve_group<v16f>();
+      return solve_group<v8f>();
     }
+    transpose(h2_[0], Vq, Vq, h2T.data());
     const scalar_t p = scalar_t(1) / Vp, q = scalar_t(1) / Vq;
     const scalar_t log_p = std::log(p), log_q = std::log(q);
     const scalar_t lo = exp_floor<scalar_t>(), tn = tiny<scalar_t>();
@@ -755,7 +843,7 @@ class Solver {
     scalar_t* __restrict__ rm = rmax.data();
     scalar_t* __restrict__ cm = cmax.data();
     const scalar_t* __restrict__ rw = row_;
-    const scalar_t* __restrict__ cl = col_;
+    const scalar_t* __restrict__ cl = col_[0];
     const scalar_t T0 = std::exp(log_p + log_q);
     for (int e = 0; e < P; ++e) t[e] = T0;
     if (o_.uniform) return;
@@ -850,6 +938,35 @@ class Solver {
     if (o_.round_plan) round_to_polytope(p, q);
   }
 
+  // The SIMD path for the G problems of a vector V: their per-type inputs
+  // interleaved by halves, solve_plan_simd, the plans and h1 T back into
+  // their slots.
+  template <typename V>
+  void solve_group() {
+    constexpr int G = Lanes<V>::W / 8;
+    V H2T[8], K[VP], TV[VP], AV[VP], colv;
+    float values[G];
+    for (int s = 0; s < G; ++s) {
+      for (int j = 0; j < 8; ++j) {
+        colv[8 * s + j] = col_[s][j];
+        for (int l = 0; l < 8; ++l) H2T[l][8 * s + j] = h2_[s][j * 8 + l];
+      }
+      for (int i = 0; i < VP; ++i)
+        std::memcpy(reinterpret_cast<char*>(&K[i]) + 32 * s,
+                    Kc.data() + s * P + 8 * i, 32);
+    }
+    solve_plan_simd<V, VP>(h1_, H2T, row_, colv, K, o_, TV, AV, values);
+    for (int s = 0; s < G; ++s) {
+      for (int i = 0; i < VP; ++i) {
+        std::memcpy(T.data() + s * P + 8 * i,
+                    reinterpret_cast<const char*>(&TV[i]) + 32 * s, 32);
+        std::memcpy(A.data() + s * P + 8 * i,
+                    reinterpret_cast<const char*>(&AV[i]) + 32 * s, 32);
+      }
+      value_[s] = values[s];
+    }
+  }
+
   // mmhgw.ot.round_to_polytope: scale down rows over p, then columns over
   // q, then add the outer product of the deficits over their total.
   void round_to_polytope(scalar_t p, scalar_t q) {
@@ -902,10 +1019,12 @@ class Solver {
 
   const Options o_;
   const int Vp, Vq, P;
-  scalar_t value_ = 0;  // SIMD path: the value computed with the plan
+  scalar_t value_[2] = {0, 0};  // SIMD path: values computed with the plans
   const scalar_t beta_, eps_;
-  const scalar_t *xp_ = nullptr, *xq_ = nullptr, *h1_ = nullptr,
-                 *h2_ = nullptr, *row_ = nullptr, *col_ = nullptr;
+  const scalar_t *xp_ = nullptr, *h1_ = nullptr, *row_ = nullptr;
+  // Per slot: this type's parts, h2 and column term.
+  const scalar_t *xq_[2] = {nullptr, nullptr}, *h2_[2] = {nullptr, nullptr},
+                 *col_[2] = {nullptr, nullptr};
   std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT,
       h2T, f, g, u, v, s, c, rmax, cmax, sqp;
 };
@@ -926,14 +1045,18 @@ template <typename scalar_t, int VP, int VQ>
 void forward_range(const Inputs<scalar_t>& in, const Options& o,
                    const scalar_t* sqq, int64_t begin, int64_t end,
                    scalar_t* dist, scalar_t* parts) {
-  Solver<scalar_t, VP, VQ> solver(o);
+  using Solver_ = Solver<scalar_t, VP, VQ>;
+  Solver_ solver(o);
   const int64_t part_size = int64_t(o.Vq) * o.d;
   for (int64_t m = begin; m < end; ++m) {
     solver.set_location(in, m);
-    for (int n = 0; n < o.N; ++n) {
-      solver.solve(in, sqq, n);
-      dist[m * o.N + n] = solver.value();
-      solver.parts(parts + (m * o.N + n) * part_size);
+    for (int n = 0; n < o.N; n += Solver_::kGroup) {
+      const int count = std::min(Solver_::kGroup, o.N - n);
+      solver.solve(in, sqq, n, count);
+      for (int s = 0; s < count; ++s) {
+        dist[m * o.N + n + s] = solver.value(s);
+        solver.parts(parts + (m * o.N + n + s) * part_size, s);
+      }
     }
   }
 }
@@ -944,14 +1067,18 @@ template <typename scalar_t, int VP, int VQ>
 void plans_range(const Inputs<scalar_t>& in, const Options& o,
                  const scalar_t* sqq, int64_t begin, int64_t end,
                  scalar_t* plans) {
-  Solver<scalar_t, VP, VQ> solver(o);
+  using Solver_ = Solver<scalar_t, VP, VQ>;
+  Solver_ solver(o);
   const int64_t P = int64_t(o.Vp) * o.Vq;
   for (int64_t m = begin; m < end; ++m) {
     solver.set_location(in, m);
-    for (int n = 0; n < o.N; ++n) {
-      solver.solve(in, sqq, n);
-      const scalar_t* T = solver.plan();
-      std::copy(T, T + P, plans + (m * o.N + n) * P);
+    for (int n = 0; n < o.N; n += Solver_::kGroup) {
+      const int count = std::min(Solver_::kGroup, o.N - n);
+      solver.solve(in, sqq, n, count);
+      for (int s = 0; s < count; ++s) {
+        const scalar_t* T = solver.plan(s);
+        std::copy(T, T + P, plans + (m * o.N + n + s) * P);
+      }
     }
   }
 }
@@ -966,18 +1093,22 @@ void backward_range(const Inputs<scalar_t>& in, const Options& o,
                     scalar_t* dXp, scalar_t* dh1, scalar_t* drow,
                     scalar_t* dXq, scalar_t* dh2, scalar_t* dcol,
                     scalar_t* dbeta) {
-  Solver<scalar_t, VP, VQ> solver(o);
+  using Solver_ = Solver<scalar_t, VP, VQ>;
+  Solver_ solver(o);
   const int Vp = o.Vp, Vq = o.Vq, d = o.d;
   for (int64_t m = begin; m < end; ++m) {
     solver.set_location(in, m);
-    for (int n = 0; n < o.N; ++n) {
-      solver.solve(in, sqq, n);
-      solver.value();  // leaves h1 T for the gradient of h2
-      solver.backward(grad_dist[m * o.N + n],
-                      grad_parts + (m * o.N + n) * Vq * d, dXp + m * Vp * d,
-                      dh1 + m * Vp * Vp, drow + m * Vp,
-                      dXq + int64_t(n) * Vq * d, dh2 + int64_t(n) * Vq * Vq,
-                      dcol + int64_t(n) * Vq, dbeta);
+    for (int n0 = 0; n0 < o.N; n0 += Solver_::kGroup) {
+      const int count = std::min(Solver_::kGroup, o.N - n0);
+      solver.solve(in, sqq, n0, count);
+      for (int s = 0; s < count; ++s) {
+        const int64_t n = n0 + s;
+        solver.value(s);  // leaves h1 T for the gradient of h2
+        solver.backward(grad_dist[m * o.N + n],
+                        grad_parts + (m * o.N + n) * Vq * d, dXp + m * Vp * d,
+                        dh1 + m * Vp * Vp, drow + m * Vp, dXq + n * Vq * d,
+                        dh2 + n * Vq * Vq, dcol + n * Vq, dbeta, s);
+      }
     }
   }
 }
