@@ -81,18 +81,10 @@ def test_plain_resnet_checkpoint_fills_non_capsule_layers(tmp_path):
     path = tmp_path / 'resnet18_tiny.pth'
     torch.save({'state_dict': stock.state_dict()}, path)
 
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    try:
-        caps = HGWCapsResNet(depth=18, base_channels=8, hgw_cfg=HGW,
-                             init_cfg=dict(type='Pretrained',
-                                           checkpoint=str(path)))
-        caps.init_weights()
-    finally:
-        logger.removeHandler(handler)
+    caps = HGWCapsResNet(depth=18, base_channels=8, hgw_cfg=HGW,
+                         init_cfg=dict(type='Pretrained',
+                                       checkpoint=str(path)))
+    messages = logged(caps.init_weights)
     caps_state = caps.state_dict()
     for name, value in stock.state_dict().items():
         if name in caps_state:
@@ -100,9 +92,96 @@ def test_plain_resnet_checkpoint_fills_non_capsule_layers(tmp_path):
         else:  # the replaced 3x3 convolutions and the norms after them
             assert name.startswith(('layer3', 'layer4'))
             assert '.conv2.' in name or '.bn2.' in name, name
-    messages = ' '.join(r.getMessage() for r in records)
     assert 'stay freshly initialised' in messages
+    assert '8 of the 8 HGW capsule layers' in messages
     assert 'layer4.1.conv2' in messages and 'layer4.1.hgw_bn2' in messages
+
+
+def logged(func) -> str:
+    """The messages the current MMLogger records while ``func()`` runs."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        func()
+    finally:
+        logger.removeHandler(handler)
+    return ' '.join(r.getMessage() for r in records)
+
+
+def small_caps_resnet(**kwargs):
+    return HGWCapsResNet(depth=18, base_channels=8, hgw_cfg=HGW, **kwargs)
+
+
+@pytest.mark.parametrize('layout, prefix', [
+    ('state_dict', None),  # as saved by a training run of the backbone
+    ('bare', None),  # a bare state dict
+    ('module.', None),  # DistributedDataParallel's keys
+    ('backbone.', 'backbone.'),  # a whole model's, backbone selected
+    ('backbone.', 'backbone'),  # mmengine appends the dot
+])
+def test_capsule_checkpoint_fills_everything_without_warning(
+        tmp_path, layout, prefix):
+    """A checkpoint of the HGWCaps backbone itself (as
+    capsules_from_stock.py or a pretraining run writes it) fills the capsule
+    layers and the norms after them: no warning, every tensor loaded."""
+    torch.manual_seed(1)
+    trained = small_caps_resnet(init_cfg=None)
+    state = trained.state_dict()
+    if layout == 'module.':
+        state = {f'module.{k}': v for k, v in state.items()}
+    elif layout == 'backbone.':
+        state = {f'backbone.{k}': v for k, v in state.items()}
+        state['neck.conv.weight'] = torch.zeros(2, 2)  # a model's extras
+    path = tmp_path / 'hgwcaps_resnet18_tiny.pth'
+    torch.save(state if layout == 'bare' else {'state_dict': state}, path)
+
+    torch.manual_seed(2)
+    init_cfg = dict(type='Pretrained', checkpoint=str(path))
+    if prefix is not None:
+        init_cfg['prefix'] = prefix
+    caps = small_caps_resnet(init_cfg=init_cfg)
+    messages = logged(caps.init_weights)
+    assert 'stay freshly initialised' not in messages
+    got = caps.state_dict()
+    for name, value in trained.state_dict().items():
+        assert torch.equal(got[name], value), name
+
+
+def test_partial_capsule_checkpoint_names_only_what_it_lacks(tmp_path):
+    """Capsule layers and norms whose keys are missing from the checkpoint,
+    or have another shape there, are named; the others are not."""
+    torch.manual_seed(1)
+    state = {f'backbone.{k}': v
+             for k, v in small_caps_resnet(init_cfg=None).state_dict().items()
+             if not k.startswith(('layer4.1.conv2.', 'layer3.0.hgw_bn2.'))}
+    # One buffer of the norm of another shape: mmengine skips it.
+    state['backbone.layer4.0.hgw_bn2.running_mean'] = torch.zeros(3)
+    path = tmp_path / 'partial.pth'
+    torch.save({'state_dict': state}, path)
+    caps = small_caps_resnet(init_cfg=dict(
+        type='Pretrained', prefix='backbone.', checkpoint=str(path)))
+    messages = logged(caps.init_weights)
+    assert '3 of the 8 HGW capsule layers' in messages
+    named = messages.split('stay freshly initialised: ', 1)[1].split(', ')
+    assert sorted(named) == ['layer3.0.hgw_bn2', 'layer4.0.hgw_bn2',
+                             'layer4.1.conv2']
+
+
+def test_unreadable_checkpoint_keeps_naming_every_capsule_layer(tmp_path):
+    """If the checkpoint cannot be read for the report, the warning names
+    every capsule layer and norm, as nothing is known of its keys."""
+    from mmhgw.models.backbones.capsule_swap import report_random_capsules
+    path = tmp_path / 'broken.pth'
+    path.write_bytes(b'not a checkpoint')
+    # Built only: loading it through init_weights would fail.
+    caps = small_caps_resnet(init_cfg=dict(type='Pretrained',
+                                           checkpoint=str(path)))
+    messages = logged(lambda: report_random_capsules(caps, caps.hgw_layers))
+    assert '8 of the 8 HGW capsule layers' in messages
+    assert 'layer3.0.conv2' in messages and 'layer4.1.hgw_bn2' in messages
 
 
 def batch_norms(module):

@@ -14,11 +14,14 @@ checkpoint (``init_cfg`` Pretrained, ``load_from``) may fill it, nor may
 (:func:`train_capsule_norms`).
 """
 import copy
-from typing import Iterable, List, Optional, Sequence, Tuple
+import re
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 import torch.nn as nn
 from mmcv.cnn import build_conv_layer
 from mmengine.logging import MMLogger
+from mmengine.runner import CheckpointLoader
 
 DEFAULT_HGW_CFG = dict(type='HGWCaps')
 
@@ -114,15 +117,75 @@ def swap_block_convs(backbone: nn.Module, layer_names: Iterable[str],
     return swapped
 
 
+def pretrained_keys(init_cfg: dict) -> Optional[Dict[str, Any]]:
+    """The keys that ``init_cfg=dict(type='Pretrained', ...)`` offers to the
+    module it initialises, each with its value's shape (None for a value
+    without one); None if the checkpoint cannot be read.
+
+    The keys are those mmengine's ``PretrainedInit`` passes on: the
+    checkpoint's ``state_dict`` entry if it has one (else the whole
+    checkpoint); with a ``prefix``, only the keys that start with it (a dot
+    appended if missing), stripped of it; without one, every key, with
+    DistributedDataParallel's ``module.`` stripped as ``load_checkpoint``
+    does.
+    """
+    try:
+        # logger='silent': the initialiser has logged this load already.
+        checkpoint = CheckpointLoader.load_checkpoint(
+            init_cfg['checkpoint'], map_location='cpu', logger='silent')
+    except Exception:  # noqa: BLE001  (any failure: keys unknown)
+        return None
+    if not isinstance(checkpoint, Mapping):
+        return None
+    state = checkpoint.get('state_dict', checkpoint)
+    if not isinstance(state, Mapping):
+        return None
+    prefix = init_cfg.get('prefix')
+    if prefix is None:
+        keys = {re.sub(r'^module\.', '', k): v for k, v in state.items()}
+    else:
+        if not prefix.endswith('.'):
+            prefix += '.'
+        keys = {k[len(prefix):]: v for k, v in state.items()
+                if k.startswith(prefix)}
+    return {k: getattr(v, 'shape', None) for k, v in keys.items()}
+
+
+def unfilled(backbone: nn.Module, names: Sequence[str],
+             offered: Dict[str, Any]) -> List[str]:
+    """Those of the submodules ``names`` of ``backbone`` that a checkpoint
+    offering ``offered`` (key: shape, as :func:`pretrained_keys`) leaves
+    freshly initialised: one of their parameters or buffers is missing from
+    it, or has another shape (mmengine skips such a key)."""
+    own = backbone.state_dict()
+    out = []
+    for name in names:
+        for key, value in own.items():
+            if key.startswith(name + '.') and (
+                    key not in offered or offered[key] != value.shape):
+                out.append(name)
+                break
+    return out
+
+
 def report_random_capsules(backbone: nn.Module, swapped: List[str]):
-    """After loading a plain checkpoint: say which layers stayed random."""
+    """After ``init_cfg`` Pretrained loaded a checkpoint: name the capsule
+    layers (``swapped``) and the norms after them that it did not fill, in
+    a warning; none if it filled them all (a checkpoint of an HGWCaps
+    backbone, e.g. from ``capsules_from_stock.py`` or a pretraining run).
+    If the checkpoint cannot be read here, all of them are named."""
     init_cfg = backbone.init_cfg
     pretrained = isinstance(init_cfg, dict) and \
         init_cfg.get('type') == 'Pretrained'
-    if pretrained and swapped:
-        norms = [name for name, _ in capsule_norms(backbone)]
+    if not (pretrained and swapped):
+        return
+    names = list(swapped) + [name for name, _ in capsule_norms(backbone)]
+    offered = pretrained_keys(init_cfg)
+    missing = names if offered is None else \
+        unfilled(backbone, names, offered)
+    if missing:
         MMLogger.get_current_instance().warning(
             f'{type(backbone).__name__}: loaded {init_cfg["checkpoint"]}; '
-            f'{len(swapped)} HGW capsule layers and the {len(norms)} norm '
-            f'layers after them have no counterpart in it and stay freshly '
-            f'initialised: {", ".join(swapped + norms)}')
+            f'{len(missing)} of the {len(names)} HGW capsule layers and '
+            f'norms after them have no counterpart in it and stay '
+            f'freshly initialised: {", ".join(missing)}')

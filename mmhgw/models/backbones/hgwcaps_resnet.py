@@ -5,12 +5,9 @@ from mmhgw.registry import DET_MODELS, SEG_MODELS
 from .capsule_swap import (check_stage_flags, report_random_capsules,
                            swap_block_convs, train_capsule_norms)
 
-
-def _with_capsules(base, name):
-    """Subclass ``name`` of the stock ResNet ``base`` with HGW capsules."""
-
-    class HGWCapsResNetMixin(base):
-        """Stock ``{base}`` whose blocks in the stages flagged by
+#: Docstring of the four-stage (ImageNet) capsule ResNets; ``{base}`` is the
+#: stock class's name.
+_RESNET_DOC = """Stock ``{base}`` whose blocks in the stages flagged by
         ``stage_with_hgw`` use HGW capsules for their 3x3 convolution
         (``conv2`` of Bottleneck and BasicBlock, so depths 18 to 152).
 
@@ -44,11 +41,34 @@ def _with_capsules(base, name):
             **kwargs: the stock backbone's keyword arguments.
         """
 
+
+def _with_capsules(base,
+                   name: str,
+                   stage_with_hgw: Sequence[bool] = (False, False, True,
+                                                     True),
+                   doc: str = _RESNET_DOC,
+                   module: Optional[str] = None):
+    """Subclass ``name`` of the stock ResNet ``base`` with HGW capsules.
+
+    Args:
+        base: a ResNet class with ``res_layers`` of ``BasicBlock`` or
+            ``Bottleneck`` stages (mmdet's or mmseg's, or one derived from
+            them).
+        name: the class's name (and qualified name).
+        stage_with_hgw: the default of the class's ``stage_with_hgw``, one
+            flag per stage of ``base``'s default ``num_stages``.
+        doc: the class's docstring; ``{base}`` becomes ``base``'s name.
+        module: the module the class is bound in (default: this one), so
+            that it is found there by name (pickling, documentation).
+    """
+    default_stage_with_hgw = tuple(stage_with_hgw)
+
+    class HGWCapsResNetMixin(base):
+
         def __init__(self,
                      *args,
                      hgw_cfg: Optional[dict] = None,
-                     stage_with_hgw: Sequence[bool] = (False, False, True,
-                                                       True),
+                     stage_with_hgw: Sequence[bool] = default_stage_with_hgw,
                      **kwargs):
             super().__init__(*args, **kwargs)
             check_stage_flags(stage_with_hgw, self.num_stages,
@@ -72,9 +92,10 @@ def _with_capsules(base, name):
                         name.split('.')[0]) < self.frozen_stages)
             return self
 
-    HGWCapsResNetMixin.__doc__ = HGWCapsResNetMixin.__doc__.replace(
-        '{base}', base.__name__)
+    HGWCapsResNetMixin.__doc__ = doc.replace('{base}', base.__name__)
     HGWCapsResNetMixin.__name__ = HGWCapsResNetMixin.__qualname__ = name
+    if module is not None:
+        HGWCapsResNetMixin.__module__ = module
     return HGWCapsResNetMixin
 
 

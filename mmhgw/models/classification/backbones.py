@@ -14,15 +14,12 @@ networks of He et al. that the paper's CIFAR tables use: a 3x3 stem, stages
 of 16, 32 and 64 channels. The last stage's 64 channels are the paper's
 32 capsule types of dimension 2.
 """
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch.nn as nn
 from mmcv.cnn import build_conv_layer, build_norm_layer
 
 from mmhgw.registry import CLS_MODELS, DET_MODELS
-from ..backbones.capsule_swap import (check_stage_flags,
-                                      report_random_capsules,
-                                      swap_block_convs)
 
 __all__ = []
 
@@ -30,7 +27,7 @@ if CLS_MODELS is not None and DET_MODELS is not None:
     from mmdet.models.backbones import ResNet as DetResNet
     from mmdet.models.backbones.resnet import BasicBlock
 
-    from ..backbones.hgwcaps_resnet import HGWCapsResNet
+    from ..backbones.hgwcaps_resnet import HGWCapsResNet, _with_capsules
 
     CLS_MODELS.register_module(module=HGWCapsResNet)
     try:
@@ -92,43 +89,40 @@ if CLS_MODELS is not None and DET_MODELS is not None:
             self.relu = nn.ReLU(inplace=True)
             self.maxpool = nn.Identity()
 
-    @CLS_MODELS.register_module()
-    class HGWCapsCIFARResNet(CIFARResNet):
-        """:class:`CIFARResNet` with HGW capsules in the 3x3 convolution
-        (``conv2``) of every block of the flagged stages (default: the last
-        stage, 64 channels = 32 capsule types of dimension 2, as the paper).
+    #: Docstring of :class:`HGWCapsCIFARResNet`.
+    _CIFAR_DOC = """:class:`CIFARResNet` with HGW capsules in the 3x3
+        convolution (``conv2``) of every block of the flagged stages
+        (default: the last stage, 64 channels = 32 capsule types of
+        dimension 2, as the paper).
 
         The blocks keep their BN and residual connection (the paper drops
         both in its CIFAR networks): the layout then stays that of the stock
         network, so the same checkpoint tools apply, and the BN after the
         capsule layer is what conversion from a stock network fits.
 
+        That BN is a fresh one, named ``hgw_bn2``; as in the ImageNet
+        capsule ResNets, it trains in train mode (batch statistics, running
+        statistics updated) also under ``norm_eval=True``, except in frozen
+        stages, and every other norm keeps the stock semantics. The stock
+        arguments are taken as :class:`CIFARResNet` takes them; the capsule
+        options are keyword-only.
+
         Args:
-            depth: as :class:`CIFARResNet`.
+            *args: :class:`CIFARResNet`'s positional arguments (``depth``
+                first).
             hgw_cfg: config of the capsule layer (``type='HGWCaps'`` and its
                 arguments; geometry comes from the replaced convolution;
                 its default of 32 types gives dimension 2 on 64 channels).
             stage_with_hgw: per stage, whether its blocks get capsules.
-            **kwargs: :class:`CIFARResNet`'s arguments.
+                Default: the last stage.
+            **kwargs: :class:`CIFARResNet`'s keyword arguments.
         """
 
-        def __init__(self,
-                     depth: int,
-                     *,
-                     hgw_cfg: Optional[dict] = None,
-                     stage_with_hgw: Sequence[bool] = (False, False, True),
-                     **kwargs):
-            super().__init__(depth=depth, **kwargs)
-            check_stage_flags(stage_with_hgw, self.num_stages,
-                              'stage_with_hgw')
-            self.stage_with_hgw = tuple(stage_with_hgw)
-            self.hgw_layers = swap_block_convs(self, self.res_layers,
-                                               stage_with_hgw, hgw_cfg)
-            # The stock constructor froze stages before the swap.
-            self._freeze_stages()
-
-        def init_weights(self):
-            super().init_weights()
-            report_random_capsules(self, self.hgw_layers)
+    # The very class body of the detection and segmentation backbones, so
+    # that construction, weight loading and train() behave alike.
+    HGWCapsCIFARResNet = CLS_MODELS.register_module(module=_with_capsules(
+        CIFARResNet, 'HGWCapsCIFARResNet',
+        stage_with_hgw=(False, False, True), doc=_CIFAR_DOC,
+        module=__name__))
 
     __all__ += ['CIFARResNet', 'HGWCapsCIFARResNet']

@@ -43,6 +43,29 @@ def test_cifar_resnet_paper_setting():
     assert len(out) == 1 and out[0].shape == (1, 64, 8, 8)
 
 
+@pytest.mark.parametrize('frozen_stages', [-1, 2, 3])
+def test_cifar_resnet_norm_after_capsules_trains_under_norm_eval(
+        frozen_stages):
+    """As the detection backbones: under ``norm_eval=True`` the fresh BN
+    after every capsule layer (``hgw_bn2``) trains, unless its stage is
+    frozen; every other BN stays in eval mode."""
+    from mmhgw.models.classification import HGWCapsCIFARResNet
+    net = HGWCapsCIFARResNet(depth=20, hgw_cfg=SMALL_HGW, norm_eval=True,
+                             frozen_stages=frozen_stages, init_cfg=None)
+    returned = net.train()
+    norms = {n: m for n, m in net.named_modules()
+             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)}
+    fresh = {n for n in norms if n.rsplit('.', 1)[-1] == 'hgw_bn2'}
+    assert sorted(fresh) == [f'layer3.{b}.hgw_bn2' for b in range(3)]
+    # Stage 3 (layer3, the capsule stage) is frozen when frozen_stages=3.
+    capsule_stage_trains = frozen_stages < 3
+    for name, m in norms.items():
+        assert m.training == (name in fresh and capsule_stage_trains), name
+    assert returned is net  # chained as nn.Module.train() is
+    net.eval()
+    assert not any(m.training for m in norms.values())
+
+
 def test_class_capsule_head_scores_and_loss():
     from mmpretrain.structures import DataSample
 
