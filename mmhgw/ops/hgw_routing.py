@@ -8,7 +8,9 @@ and returns
 
 - ``distance[m, n] = <L(C_p, C_q) (x) T + beta K, T>`` (Eq. 21, 24), and
 - ``parts[m, n] = V_q T^T X_p[m]`` [V_q, d], the barycentric projection of
-  the components onto the subcapsule's parts through the plan ``T``.
+  the components onto the subcapsule's parts through the plan ``T``, or,
+  given a pose map ``W`` [N, V_q d, O], the poses ``vec(parts[m, n]) W[n]``
+  [O] (the capsule layer's; then the parts are not kept for backward).
 
 The structures enter through the factors of Peyre's decomposition
 (:func:`mmhgw.ot.gw_factors`): ``L (x) T = row 1^T + 1 col^T - h1 T h2^T``,
@@ -136,15 +138,12 @@ def _location_chunks(M: int, N: int, V_p: int, V_q: int):
         yield slice(start, min(M, start + length))
 
 
-class _TorchRouting(torch.autograd.Function):
-    """:func:`hgw_routing_reference` with its own backward: forward keeps
-    only the inputs; backward solves again, chunk by chunk of locations, and
-    differentiates the reference at the fixed plan."""
+class _TorchKernels:
+    """:func:`hgw_routing_reference` in chunks of locations; in backward it
+    solves again and differentiates the reference at the fixed plan."""
 
     @staticmethod
-    def forward(ctx, X_p, X_q, h1, h2, row, col, beta, options):
-        ctx.options = options
-        ctx.save_for_backward(X_p, X_q, h1, h2, row, col, beta)
+    def forward(X_p, X_q, h1, h2, row, col, beta, options):
         N, V_q, d = X_q.shape
         dist = X_p.new_empty(X_p.shape[0], N)
         parts = X_p.new_empty(X_p.shape[0], N, V_q, d)
@@ -154,23 +153,23 @@ class _TorchRouting(torch.autograd.Function):
         return dist, parts
 
     @staticmethod
-    def backward(ctx, grad_dist, grad_parts):
-        X_p, X_q, h1, h2, row, col, beta = ctx.saved_tensors
+    def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
+                 options, want_parts):
         grads = [torch.zeros_like(t) for t in (X_p, X_q, h1, h2, row, col,
                                                beta)]
         N, V_q, _ = X_q.shape
-        if grad_dist is None:
-            grad_dist = X_p.new_zeros(X_p.shape[0], N)
-        if grad_parts is None:
-            grad_parts = X_p.new_zeros(X_p.shape[0], N, V_q, X_q.shape[2])
+        parts = (X_p.new_empty(X_p.shape[0], N, V_q, X_q.shape[2])
+                 if want_parts else None)
         for s in _location_chunks(X_p.shape[0], N, X_p.shape[1], V_q):
             with torch.enable_grad():
                 inputs = [t.detach().requires_grad_() for t in (
                     X_p[s], X_q, h1[s], h2, row[s], col, beta)]
-                dist, parts = hgw_routing_reference(*inputs, **ctx.options)
+                dist, chunk_parts = hgw_routing_reference(*inputs, **options)
                 chunk = torch.autograd.grad(
-                    (dist, parts), inputs, (grad_dist[s], grad_parts[s]),
+                    (dist, chunk_parts), inputs, (grad_dist[s], grad_parts[s]),
                     allow_unused=True)
+            if want_parts:
+                parts[s] = chunk_parts.detach()
             for i, g in enumerate(chunk):
                 if g is None:
                     continue
@@ -178,7 +177,7 @@ class _TorchRouting(torch.autograd.Function):
                     grads[i][s] += g
                 else:
                     grads[i] += g
-        return (*grads, None)
+        return grads, parts
 
 
 def _kernel_args(options):
@@ -188,58 +187,94 @@ def _kernel_args(options):
             options['routing'] == 'uniform')
 
 
-def _dense_grads(grad_dist, grad_parts, X_p, X_q):
-    """Upstream gradients as contiguous tensors (zeros for an output that
-    received none), as the kernels read them."""
-    N, V_q, d = X_q.shape
-    grad_dist = (X_p.new_zeros(X_p.shape[0], N) if grad_dist is None else
-                 grad_dist.contiguous())
-    grad_parts = (X_p.new_zeros(X_p.shape[0], N, V_q, d)
-                  if grad_parts is None else grad_parts.contiguous())
-    return grad_dist, grad_parts
-
-
-class _CppRouting(torch.autograd.Function):
+class _CppKernels:
     """The C++ kernels of ``mmhgw/ops/csrc/hgw_routing_cpu.cpp``."""
 
     @staticmethod
-    def forward(ctx, X_p, X_q, h1, h2, row, col, beta, options):
-        ctx.options = options
-        ctx.save_for_backward(X_p, X_q, h1, h2, row, col, beta)
+    def forward(X_p, X_q, h1, h2, row, col, beta, options):
         return tuple(_ext.hgw_routing_forward(X_p, X_q, h1, h2, row, col,
                                               float(beta),
                                               *_kernel_args(options)))
 
     @staticmethod
-    def backward(ctx, grad_dist, grad_parts):
-        X_p, X_q, h1, h2, row, col, beta = ctx.saved_tensors
-        grad_dist, grad_parts = _dense_grads(grad_dist, grad_parts, X_p, X_q)
-        grads = _ext.hgw_routing_backward(grad_dist, grad_parts, X_p, X_q, h1,
-                                          h2, row, col, float(beta),
-                                          *_kernel_args(ctx.options))
-        return (*grads[:6], grads[6].to(beta.dtype).view_as(beta), None)
+    def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
+                 options, want_parts):
+        out = _ext.hgw_routing_backward(grad_dist, grad_parts, X_p, X_q, h1,
+                                        h2, row, col, float(beta),
+                                        *_kernel_args(options), want_parts)
+        grads = (*out[:6], out[6].to(beta.dtype).view_as(beta))
+        return grads, out[7] if want_parts else None
 
 
-class _TritonRouting(torch.autograd.Function):
+class _TritonKernels:
     """The Triton kernels of :mod:`mmhgw.ops.hgw_routing_triton`."""
 
     @staticmethod
-    def forward(ctx, X_p, X_q, h1, h2, row, col, beta, options):
+    def forward(X_p, X_q, h1, h2, row, col, beta, options):
         from . import hgw_routing_triton
-        ctx.options = options
-        ctx.save_for_backward(X_p, X_q, h1, h2, row, col, beta)
         return hgw_routing_triton.forward(X_p, X_q, h1, h2, row, col, beta,
                                           *_kernel_args(options))
 
     @staticmethod
-    def backward(ctx, grad_dist, grad_parts):
+    def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
+                 options, want_parts):
         from . import hgw_routing_triton
-        X_p, X_q, h1, h2, row, col, beta = ctx.saved_tensors
-        grad_dist, grad_parts = _dense_grads(grad_dist, grad_parts, X_p, X_q)
-        grads = hgw_routing_triton.backward(grad_dist, grad_parts, X_p, X_q,
+        return hgw_routing_triton.backward(grad_dist, grad_parts, X_p, X_q,
+                                           h1, h2, row, col, beta,
+                                           *_kernel_args(options), want_parts)
+
+
+KERNELS = dict(torch=_TorchKernels, cpp=_CppKernels, triton=_TritonKernels)
+
+
+def _poses(parts: Tensor, pose_weight: Tensor) -> Tensor:
+    """``parts.flatten(-2) @ pose_weight[n]`` per type n: [M, N, O]."""
+    return torch.einsum('mnk,nko->mno', parts.flatten(-2), pose_weight)
+
+
+class _Routing(torch.autograd.Function):
+    """The op on one backend's kernels. Forward keeps only the inputs;
+    backward solves the plans again and takes the envelope gradient there,
+    so nothing plan-sized lives between the two. With a pose map the parts
+    are mapped at once and dropped: backward gets them back from the plans
+    it solves anyway (they are 8x a 256-channel layer's output)."""
+
+    @staticmethod
+    def forward(ctx, X_p, X_q, h1, h2, row, col, beta, pose_weight, kernels,
+                options):
+        ctx.kernels, ctx.options = kernels, options
+        ctx.save_for_backward(X_p, X_q, h1, h2, row, col, beta, pose_weight)
+        dist, parts = kernels.forward(X_p, X_q, h1, h2, row, col, beta,
+                                      options)
+        if pose_weight is None:
+            return dist, parts
+        return dist, _poses(parts, pose_weight)
+
+    @staticmethod
+    def backward(ctx, grad_dist, grad_out):
+        X_p, X_q, h1, h2, row, col, beta, pose_weight = ctx.saved_tensors
+        N, V_q, d = X_q.shape
+        M = X_p.shape[0]
+        # Upstream gradients as the kernels read them: contiguous, zeros for
+        # an output that received none.
+        grad_dist = (X_p.new_zeros(M, N) if grad_dist is None else
+                     grad_dist.contiguous())
+        if grad_out is None:
+            grad_parts = X_p.new_zeros(M, N, V_q, d)
+        elif pose_weight is None:
+            grad_parts = grad_out.contiguous()
+        else:
+            grad_parts = torch.einsum('mno,nko->mnk', grad_out,
+                                      pose_weight).reshape(
+                                          M, N, V_q, d).contiguous()
+        want_parts = (pose_weight is not None and grad_out is not None and
+                      ctx.needs_input_grad[7])
+        grads, parts = ctx.kernels.backward(grad_dist, grad_parts, X_p, X_q,
                                             h1, h2, row, col, beta,
-                                            *_kernel_args(ctx.options))
-        return (*grads, None)
+                                            ctx.options, want_parts)
+        grad_pose_weight = (torch.einsum('mnk,mno->nko', parts.flatten(-2),
+                                         grad_out) if want_parts else None)
+        return (*grads, grad_pose_weight, None, None)
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -290,7 +325,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
 
 
 def _check(X_p, X_q, h1, h2, row, col, beta, eps, outer_iters, inner_iters,
-           regularizer, routing):
+           regularizer, routing, pose_weight):
     if routing not in ROUTINGS:
         raise ValueError(f'routing must be one of {ROUTINGS}, got '
                          f'{routing!r}')
@@ -323,7 +358,17 @@ def _check(X_p, X_q, h1, h2, row, col, beta, eps, outer_iters, inner_iters,
     if torch.is_tensor(beta) and beta.numel() != 1:
         raise ValueError(f'beta must be a number or a one-element tensor, '
                          f'got shape {tuple(beta.shape)}')
-    devices = {t.device for t in (X_p, X_q, h1, h2, row, col)}
+    tensors = [X_p, X_q, h1, h2, row, col]
+    if pose_weight is not None:
+        if (pose_weight.dim() != 3
+                or tuple(pose_weight.shape[:2]) != (N, V_q * d)
+                or pose_weight.shape[2] < 1):
+            raise ValueError(f'pose_weight must have shape (N, V_q * d, O) = '
+                             f'({N}, {V_q * d}, O) for X_q of shape '
+                             f'{tuple(X_q.shape)}, got '
+                             f'{tuple(pose_weight.shape)}')
+        tensors.append(pose_weight)
+    devices = {t.device for t in tensors}
     if len(devices) > 1:
         raise ValueError(f'all inputs must be on one device, got {devices}')
 
@@ -332,7 +377,8 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
                 row: Tensor, col: Tensor, beta: Union[float, Tensor], *,
                 eps: float = 1e-3, outer_iters: int, inner_iters: int,
                 regularizer: str = 'proximal', routing: str = 'hgw',
-                backend: str = 'auto') -> Tuple[Tensor, Tensor]:
+                backend: str = 'auto',
+                pose_weight: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """HGW distances and barycentric parts of every (location, type) pair.
 
     Args:
@@ -346,16 +392,21 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
             :func:`mmhgw.ot.hgw_distance`).
         routing: ``'hgw'``, or ``'uniform'`` (plan ``p q^T``).
         backend: ``'auto'``, ``'torch'``, ``'cpp'`` or ``'triton'``.
+        pose_weight: optional [N, V_q * d, O], a linear map per type: the
+            op then returns the poses ``parts.flatten(-2) @ pose_weight[n]``
+            [..., N, O] instead of the parts, and keeps no parts for
+            backward (it gets them from the plans it solves there).
 
     Numerics: float32 and float64 run as given; 16-bit inputs are solved in
     float32 (at ``eps = 1e-3`` a 16-bit log-kernel loses the plan) and the
     outputs cast back.
 
     Returns:
-        ``(distance [..., N], parts [..., N, V_q, d])``.
+        ``(distance [..., N], parts [..., N, V_q, d])``, or
+        ``(distance, poses [..., N, O])`` with ``pose_weight``.
     """
     _check(X_p, X_q, h1, h2, row, col, beta, eps, outer_iters, inner_iters,
-           regularizer, routing)
+           regularizer, routing, pose_weight)
     lead, (V_p, d) = X_p.shape[:-2], X_p.shape[-2:]
     N, V_q, _ = X_q.shape
     out_dtype = X_p.dtype
@@ -366,6 +417,8 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
     flat = (X_p.reshape(-1, V_p, d), X_q, h1.reshape(-1, V_p, V_p), h2,
             row.reshape(-1, V_p), col)
     flat = tuple(t.to(dtype).contiguous() for t in flat)
+    if pose_weight is not None:
+        pose_weight = pose_weight.to(dtype)
     options = dict(eps=float(eps), outer_iters=outer_iters,
                    inner_iters=inner_iters, regularizer=regularizer,
                    routing=routing)
@@ -373,14 +426,18 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
         # A traced graph (FLOP counting, export) records the reference's
         # operations: the kernels compute the same ones, and an autograd
         # Function would be an opaque node.
-        dist, parts = hgw_routing_reference(*flat, beta, **options)
+        dist, out = hgw_routing_reference(*flat, beta, **options)
+        if pose_weight is not None:
+            out = _poses(out, pose_weight)
     elif flat[0].shape[0] == 0:
         dist = flat[0].new_zeros(0, N) + 0 * beta
-        parts = flat[0].new_zeros(0, N, V_q, d)
+        out = flat[0].new_zeros(0, N, V_q, d)
+        if pose_weight is not None:
+            out = _poses(out, pose_weight)
     else:
-        function = dict(torch=_TorchRouting, cpp=_CppRouting,
-                        triton=_TritonRouting)[resolve_backend(
-                            backend, X_p.device)]
-        dist, parts = function.apply(*flat, beta, options)
+        kernels = KERNELS[resolve_backend(backend, X_p.device)]
+        dist, out = _Routing.apply(*flat, beta, pose_weight, kernels,
+                                   options)
+    shape = (V_q, d) if pose_weight is None else (pose_weight.shape[2], )
     return (dist.to(out_dtype).view(*lead, N),
-            parts.to(out_dtype).view(*lead, N, V_q, d))
+            out.to(out_dtype).view(*lead, N, *shape))

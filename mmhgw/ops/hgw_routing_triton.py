@@ -236,8 +236,8 @@ def _forward_kernel(XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N,
 
 @_jit
 def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
-                     DXQ, DH2, DCOL, DBETA, M0, N,
-                     VP: tl.constexpr, VQ: tl.constexpr, D: tl.constexpr,
+                     DXQ, DH2, DCOL, DBETA, PARTS, M0, N,
+                     WANT_PARTS: tl.constexpr, VP: tl.constexpr, VQ: tl.constexpr, D: tl.constexpr,
                      BP: tl.constexpr, BQ: tl.constexpr, BD: tl.constexpr,
                      OUTER: tl.constexpr, INNER: tl.constexpr,
                      PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
@@ -252,7 +252,8 @@ def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
     d/dbeta = gd <K, T>, d/dh1 = -gd T h2 T^T, d/dh2 = -gd T^T h1 T,
     d/dK = gd beta T chained through K = 1 - exp(-max(sq, 0) / d)
     (dK/dsq = exp(-sq / d) / d where sq >= 0), and the parts
-    V_q T^T X_p give dX_p += V_q T gp.
+    V_q T^T X_p give dX_p += V_q T gp. With ``WANT_PARTS`` the parts at
+    the plans are written to ``PARTS`` as the forward does.
     """
     pid = tl.program_id(0).to(tl.int64)
     m = M0 + pid
@@ -285,6 +286,10 @@ def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
         T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER,
                      INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q,
                      LOG_T0, UNIF, TINY, LO, FP32)
+        if WANT_PARTS:
+            tl.store(PARTS + (m * N + n) * VQ * D + iq[:, None] * D +
+                     ie[None, :], VQ * tl.sum(T[:, :, None] * Xp[:, None, :],
+                                              axis=0), mask=qe_mask)
         gd = tl.load(GD + m * N + n)
         gp = tl.load(GP + (m * N + n) * VQ * D + iq[:, None] * D + ie[None, :],
                      mask=qe_mask, other=0.0)
@@ -370,17 +375,21 @@ def forward(X_p, X_q, h1, h2, row, col, beta, eps, outer, inner, proximal,
 
 
 def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
-             outer, inner, proximal, uniform):
+             outer, inner, proximal, uniform, want_parts=False):
     """The envelope gradient ``(dX_p, dX_q, dh1, dh2, drow, dcol, dbeta)``
     for upstream gradients ``grad_dist`` [M, N] and ``grad_parts``
-    [M, N, V_q, d] (contiguous)."""
+    [M, N, V_q, d] (contiguous), and the parts [M, N, V_q, d] at the plans
+    solved again (None unless ``want_parts``)."""
     M, V_p, d = X_p.shape
     N, V_q, _ = X_q.shape
     dX_p, dh1, drow = (torch.empty_like(t) for t in (X_p, h1, row))
     dX_q, dh2, dcol = (torch.zeros_like(t) for t in (X_q, h2, col))
     dbeta = torch.zeros_like(beta)
+    parts = X_p.new_empty(M, N, V_q, d) if want_parts else None
     if M * N == 0:
-        return dX_p.zero_(), dX_q, dh1.zero_(), dh2, drow.zero_(), dcol, dbeta
+        grads = (dX_p.zero_(), dX_q, dh1.zero_(), dh2, drow.zero_(), dcol,
+                 dbeta)
+        return grads, parts
     meta = _meta(X_p, X_q, eps, outer, inner, proximal, uniform)
     per_pair = V_q * (d + V_q + 1) + 1
     num_warps = _num_warps(meta, X_p.element_size(), True)
@@ -393,10 +402,11 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
         length = min(chunk, M - start)
         _backward_kernel[(length, )](
             grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, dX_p,
-            dh1, drow, part_xq, part_h2, part_col, part_beta, start, N,
+            dh1, drow, part_xq, part_h2, part_col, part_beta,
+            dX_p if parts is None else parts, start, N, bool(want_parts),
             num_warps=num_warps, **meta)
         dX_q += part_xq[:length].sum(0)
         dh2 += part_h2[:length].sum(0)
         dcol += part_col[:length].sum(0)
         dbeta += part_beta[:length].sum()
-    return dX_p, dX_q, dh1, dh2, drow, dcol, dbeta
+    return (dX_p, dX_q, dh1, dh2, drow, dcol, dbeta), parts

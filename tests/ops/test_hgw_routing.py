@@ -131,6 +131,57 @@ def test_cpp_plans_give_the_reference_parts():
     assert relative(parts, parts_ref) < 1e-5
 
 
+@pytest.mark.parametrize('backend', fused_backends())
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+def test_pose_map_equals_the_map_of_the_reference_parts(backend, dtype):
+    inputs = make_inputs(3, 5, 32, 8, 8, dtype)
+    g = torch.Generator().manual_seed(3)
+    weight = torch.randn(5, 64, 6, generator=g, dtype=dtype).requires_grad_()
+    options = dict(eps=1e-2, outer_iters=3, inner_iters=4)
+    dist, parts = hgw_routing_reference(*inputs, **options)
+    ref = (dist, torch.einsum('mnk,nko->mno', parts.flatten(-2), weight))
+    upstream = [torch.randn(t.shape, generator=g, dtype=dtype) for t in ref]
+    grads_ref = torch.autograd.grad(ref, [*inputs, weight], upstream)
+    out = hgw_routing(*inputs, backend=backend, pose_weight=weight, **options)
+    assert out[1].shape == (3, 5, 6)
+    grads = torch.autograd.grad(out, [*inputs, weight], upstream)
+    assert relative(out[0], ref[0]) < 1e-5
+    assert relative(out[1], ref[1]) < 1e-5
+    names = ['X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta', 'pose_weight']
+    for name, grad, grad_ref in zip(names, grads, grads_ref):
+        assert relative(grad, grad_ref) < 1e-4, name
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+def test_pose_map_keeps_no_parts_for_backward(backend):
+    M, N, V_p, V_q, d, O = 40, 32, 16, 8, 8, 4
+    inputs = make_inputs(M, N, V_p, V_q, d, torch.float32)
+    weight = torch.randn(N, V_q * d, O).requires_grad_()
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        dist, pose = hgw_routing(*inputs, eps=1e-2, outer_iters=2,
+                                 inner_iters=3, backend=backend,
+                                 pose_weight=weight)
+    # The inputs only: h1 [M, V_p, V_p] is the largest; the parts would be
+    # M N V_q d, 16x that.
+    assert max(saved) == M * V_p * V_p
+    (dist.sum() + pose.square().sum()).backward()
+    assert torch.isfinite(weight.grad).all() and weight.grad.abs().sum() > 0
+
+
+def test_pose_weight_of_the_wrong_shape_is_named():
+    inputs = make_inputs(2, 3, 5, 4, 2, torch.float64)
+    with pytest.raises(ValueError, match=r'pose_weight must have shape '
+                       r'\(N, V_q \* d, O\) = \(3, 8, O\)'):
+        hgw_routing(*inputs, outer_iters=1, inner_iters=1,
+                    pose_weight=torch.zeros(3, 6, 2, dtype=torch.float64))
+
+
 def test_auto_falls_back_to_torch_with_one_warning(monkeypatch):
     monkeypatch.setattr(routing_module, '_ext', None)
     monkeypatch.setattr(routing_module, '_ext_error', 'not built (test)')

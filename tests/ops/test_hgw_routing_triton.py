@@ -69,6 +69,21 @@ def run_cases():
     grads = torch.autograd.grad(out.sum(), inputs)
     errors = [relative(a, b) for a, b in zip((out, *grads), (ref, *grads_ref))]
     results['dist-only-chunked'] = dict(zip(NAMES[:1] + NAMES[2:], errors))
+    # With a pose map: the parts recomputed in backward give its gradient.
+    inputs = make_inputs(3, 3, 8, 8, 4, torch.float64)
+    weight = torch.randn(3, 32, 5, generator=gen,
+                         dtype=torch.float64).requires_grad_()
+    dist, parts = hgw_routing_reference(*inputs, **options)
+    ref = (dist, torch.einsum('mnk,nko->mno', parts.flatten(-2), weight))
+    upstream = [torch.randn(t.shape, generator=gen, dtype=t.dtype)
+                for t in ref]
+    grads_ref = torch.autograd.grad(ref, [*inputs, weight], upstream)
+    out = hgw_routing(*inputs, backend='triton', pose_weight=weight,
+                      **options)
+    grads = torch.autograd.grad(out, [*inputs, weight], upstream)
+    errors = [relative(a, b) for a, b in zip((*out, *grads),
+                                             (*ref, *grads_ref))]
+    results['pose-map'] = dict(zip(NAMES + ['pose_weight'], errors))
     return results
 
 
@@ -88,7 +103,8 @@ def interpreted():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize('case', case_ids() + ['dist-only-chunked'])
+@pytest.mark.parametrize('case',
+                         case_ids() + ['dist-only-chunked', 'pose-map'])
 def test_triton_equals_reference(interpreted, case):
     errors = interpreted[case]
     for name, error in errors.items():

@@ -152,8 +152,9 @@ class HGWCaps(BaseModule):
        distance; the best-aligned type has activation 1.
     5. Pose: the barycentric projection of the components onto the
        subcapsule's parts through the plan, ``V_q T^T X_p`` [V_q, part_dim],
-       mapped to ``out_dim`` by a learned per-type linear map and rescaled to
-       length ``a_n`` (safe norm).
+       mapped to ``out_dim`` by a learned per-type linear map (inside the
+       fused op, so that the parts, 8x a 256-channel output, are not kept
+       for backward) and rescaled to length ``a_n`` (safe norm).
     6. In training, the regulariser ``E = reg_weight * (L(K_pp, C_obs_p) +
        L(K_qq, C_obs_q))`` (Eq. reg; KL loss averaged over off-diagonal
        entries, see :func:`kl_off_diagonal`; ``C_obs`` as the fixed target)
@@ -431,14 +432,15 @@ class HGWCaps(BaseModule):
 
     def _route_fused(self, X_p: Tensor, row: Tensor, col: Tensor,
                      h1: Tensor, h2: Tensor) -> Tuple[Tensor, Tensor]:
-        """Distances [B, L, N] and parts [B, L, N, V_q, d] from the fused
-        op (envelope gradients; no plan is stored)."""
+        """Distances [B, L, N] and poses [B, L, N, out_dim] from the fused
+        op (envelope gradients; neither plans nor parts are stored)."""
         cfg = self.solver_cfg
         return hgw_routing(
             X_p, self.subcapsules, h1, h2, row, col, self.beta.to(X_p.dtype),
             eps=cfg['eps'], outer_iters=cfg['outer_iters'],
             inner_iters=cfg['inner_iters'], regularizer=cfg['regularizer'],
-            routing=self.routing, backend=self.backend)
+            routing=self.routing, backend=self.backend,
+            pose_weight=self.pose_weight)
 
     def _solve(self, X_p: Tensor, s: dict) -> Tuple[Tensor, Tensor, Tensor]:
         """``(distance [B, L, N], parts [B, L, N, V_q, d], plan)`` by the
@@ -478,11 +480,15 @@ class HGWCaps(BaseModule):
                     K_pp=s['K_pp'], obs_p=s['obs_p'], K_qq=s['K_qq'],
                     obs_q=s['obs_q'], size=size)
 
-    def _capsules(self, parts: Tensor, dist: Tensor) -> Tensor:
-        """Output capsules [B, L, N, out_dim]: the parts [B, L, N, V_q, d]
-        mapped to poses and rescaled to their activations."""
-        pose = torch.einsum('blnk,nko->blno', parts.flatten(-2),
+    def _poses(self, parts: Tensor) -> Tensor:
+        """The parts [B, L, N, V_q, d] mapped to poses [B, L, N, out_dim]
+        (the fused op applies the same map itself)."""
+        return torch.einsum('blnk,nko->blno', parts.flatten(-2),
                             self.pose_weight)
+
+    def _capsules(self, pose: Tensor, dist: Tensor) -> Tensor:
+        """Output capsules [B, L, N, out_dim]: the poses rescaled to their
+        activations."""
         act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
                         self.temperature)
         norm = torch.sqrt(pose.pow(2).sum(-1, keepdim=True) + SAFE_NORM_EPS)
@@ -528,6 +534,7 @@ class HGWCaps(BaseModule):
         if self.solver_cfg['grad'] == 'unroll':
             s = self._structures(X_p, obs_p)
             dist, parts, _ = self._solve(X_p, s)
+            pose = self._poses(parts)
             reg = self._regulariser(s) if want_reg else None
         else:
             terms = (X_p, obs_p, want_reg)
@@ -539,8 +546,8 @@ class HGWCaps(BaseModule):
                     self._routing_terms, *terms, use_reentrant=False)
             else:
                 row, col, h1, h2, reg = self._routing_terms(*terms)
-            dist, parts = self._route_fused(X_p, row, col, h1, h2)
-        return self._output(self._capsules(parts, dist), size), reg, dist
+            dist, pose = self._route_fused(X_p, row, col, h1, h2)
+        return self._output(self._capsules(pose, dist), size), reg, dist
 
     def _apply(self, fn, recurse=True):
         # The solver's log-domain iterations lose the transport plan in 16

@@ -118,7 +118,7 @@ std::vector<torch::Tensor> backward(torch::Tensor grad_dist,
                                     torch::Tensor row, torch::Tensor col,
                                     double beta, double eps, int64_t outer,
                                     int64_t inner, bool proximal,
-                                    bool uniform) {
+                                    bool uniform, bool want_parts) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   TORCH_CHECK(grad_dist.is_contiguous() && grad_parts.is_contiguous() &&
                   grad_dist.scalar_type() == X_p.scalar_type() &&
@@ -136,6 +136,9 @@ std::vector<torch::Tensor> backward(torch::Tensor grad_dist,
   auto dh2 = torch::zeros({threads, N, Vq, Vq}, X_p.options());
   auto dcol = torch::zeros({threads, N, Vq}, X_p.options());
   auto dbeta = torch::zeros({threads}, X_p.options());
+  // The parts at the plans solved again, for a caller that did not keep
+  // the forward's (empty unless asked for).
+  auto parts = torch::empty({want_parts ? M : 0, N, Vq, d}, X_p.options());
   const auto o = make_options(X_p, X_q, beta, eps, outer, inner, proximal,
                               uniform);
   AT_DISPATCH_FLOATING_TYPES(X_p.scalar_type(), "hgw_routing_backward", [&] {
@@ -150,18 +153,19 @@ std::vector<torch::Tensor> backward(torch::Tensor grad_dist,
     scalar_t* dh2p = dh2.data_ptr<scalar_t>();
     scalar_t* dcolp = dcol.data_ptr<scalar_t>();
     scalar_t* dbetap = dbeta.data_ptr<scalar_t>();
+    scalar_t* parts_p = want_parts ? parts.data_ptr<scalar_t>() : nullptr;
     mmhgw::dispatch_sizes(o.Vp, o.Vq, [&]<int VP, int VQ>() {
       at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
         const int64_t t = at::get_thread_num();
         mmhgw::backward_range<scalar_t, VP, VQ>(
             in, o, sqq.data(), gd, gp, begin, end, dXp, dh1p, drowp,
             dXq + t * N * Vq * d, dh2p + t * N * Vq * Vq, dcolp + t * N * Vq,
-            dbetap + t);
+            dbetap + t, parts_p);
       });
     });
   });
   return {dX_p, dX_q.sum(0), dh1, dh2.sum(0), drow, dcol.sum(0),
-          dbeta.sum()};
+          dbeta.sum(), parts};
 }
 
 }  // namespace
@@ -174,5 +178,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The plans [M, N, Vp, Vq] (rounded or not), for convergence studies");
   m.def("hgw_routing_backward", &backward,
         "Envelope gradient of the fused HGW routing (solves the plans "
-        "again)");
+        "again); with want_parts, also the parts at those plans");
 }

@@ -1085,14 +1085,16 @@ void plans_range(const Inputs<scalar_t>& in, const Options& o,
 
 // Backward over locations [begin, end): per-location gradients into dXp,
 // dh1, drow; shared ones accumulated into dXq, dh2, dcol, dbeta (one set
-// per thread, reduced by the caller).
+// per thread, reduced by the caller). Unless null, parts [M, N, Vq, d]
+// receives the parts at the plans solved again (for a caller that did not
+// keep the forward's).
 template <typename scalar_t, int VP, int VQ>
 void backward_range(const Inputs<scalar_t>& in, const Options& o,
                     const scalar_t* sqq, const scalar_t* grad_dist,
                     const scalar_t* grad_parts, int64_t begin, int64_t end,
                     scalar_t* dXp, scalar_t* dh1, scalar_t* drow,
                     scalar_t* dXq, scalar_t* dh2, scalar_t* dcol,
-                    scalar_t* dbeta) {
+                    scalar_t* dbeta, scalar_t* parts = nullptr) {
   using Solver_ = Solver<scalar_t, VP, VQ>;
   Solver_ solver(o);
   const int Vp = o.Vp, Vq = o.Vq, d = o.d;
@@ -1104,6 +1106,7 @@ void backward_range(const Inputs<scalar_t>& in, const Options& o,
       for (int s = 0; s < count; ++s) {
         const int64_t n = n0 + s;
         solver.value(s);  // leaves h1 T for the gradient of h2
+        if (parts) solver.parts(parts + (m * o.N + n) * Vq * d, s);
         solver.backward(grad_dist[m * o.N + n],
                         grad_parts + (m * o.N + n) * Vq * d, dXp + m * Vp * d,
                         dh1 + m * Vp * Vp, drow + m * Vp, dXq + n * Vq * d,

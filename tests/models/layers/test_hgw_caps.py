@@ -365,8 +365,9 @@ def test_unrolled_and_envelope_paths_agree_in_value():
 @pytest.mark.parametrize('backend', ['torch', 'auto'])
 def test_layer_keeps_nothing_plan_sized_for_backward(backend):
     """The routing op solves again in backward: no [B, L, N, V_p, V_q]
-    tensor is kept between forward and backward (the largest kept is the
-    op's output, the parts [B, L, N, V_q, d], for the pose map)."""
+    tensor is kept between forward and backward, nor the parts
+    [B, L, N, V_q, d] (the op applies the pose map; its backward gets the
+    parts from the plans): the largest kept is h1 [B, L, V_p, V_p]."""
     x = torch.randn(1, 16, 12, 12, requires_grad=True)
     plan_bytes = 1 * 144 * 8 * 8 * 4 * 4  # B L N V_p V_q float32
     caps = small_caps(in_types=8, out_types=8, num_parts=4,
@@ -382,7 +383,8 @@ def test_layer_keeps_nothing_plan_sized_for_backward(backend):
         out = caps(x)
     out.sum().backward()
     parts_bytes = 1 * 144 * 8 * 4 * 4 * 4  # B L N V_q d float32
-    assert max(storages.values()) == parts_bytes < plan_bytes
+    h1_bytes = 1 * 144 * 8 * 8 * 4  # B L V_p V_p float32
+    assert max(storages.values()) == h1_bytes < parts_bytes < plan_bytes
 
 
 def test_bad_backend_raises():
