@@ -64,8 +64,16 @@ def test_study_trains_tests_and_reports(tmp_path):
     assert '](images/ablations.png)' in report
     image = tmp_path / 'docs' / 'images' / 'ablations.png'
     assert image.stat().st_size > 1000
-    # A second call reuses the finished runs.
+    # A second call reuses the finished runs and keeps the notes written
+    # under the marker.
+    notes = '<!-- notes -->\n## Reading\nA null result.\n'
+    with open(tmp_path / 'docs' / 'ablations.md', 'a') as f:
+        f.write('\n' + notes)
     assert 'training 2 iterations' not in run_study(tmp_path)
+    report = (tmp_path / 'docs' / 'ablations.md').read_text()
+    assert report.endswith(notes)
+    assert sum(line.startswith('| stock')
+               for line in report.splitlines()) == 1
 
 
 def test_report_pairs_seeds_against_hgw(study, tmp_path):

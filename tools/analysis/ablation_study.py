@@ -17,6 +17,8 @@ time per iteration) and a bar chart with error bars.
 
 Finished runs (``result.json`` in their work directory) are reused, so an
 interrupted study continues where it stopped; ``--rerun`` trains anew.
+Text after a line ``<!-- notes -->`` in an existing report (a reading of
+the results) is kept when the report is written again.
 """
 import argparse
 import datetime
@@ -251,8 +253,14 @@ def bar_chart(tasks, variants, results, path):
     plt.close(fig)
 
 
+NOTES_MARKER = '<!-- notes -->'
+
+
 def report(args, tasks, results, params, minutes):
     seeds = ', '.join(str(s) for s in args.seeds)
+    data = osp.relpath(args.data, ROOT)
+    if data.startswith('..'):  # outside the project: as given
+        data = args.data
     iters = {t: sorted({r['iters'] for v in results[t]
                         for r in results[t][v]}) for t in tasks}
     image_rel = osp.relpath(osp.abspath(args.image),
@@ -263,7 +271,7 @@ def report(args, tasks, results, params, minutes):
         f'{datetime.date.today().isoformat()} ({minutes:.0f} min). Every '
         f'variant trained with `tools/train.py` and evaluated with '
         f'`tools/test.py` for seeds {seeds} (`randomness.seed`), on the '
-        f'built-in data in `{args.data}`, from scratch, on the CPU. Mean ± '
+        f'built-in data in `{data}`, from scratch, on the CPU. Mean ± '
         f'standard deviation over seeds; "- HGW (paired)" is the mean ± std '
         f'of the per-seed difference to HGW routing of the same seed. Time '
         f'per iteration is the Runner\'s logged training time per '
@@ -316,6 +324,11 @@ def main():
     bar_chart(args.tasks, args.variants, results, args.image)
     text = report(args, args.tasks, results, params, minutes)
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+    if osp.exists(args.out):
+        with open(args.out) as f:
+            old = f.read()
+        if NOTES_MARKER in old:
+            text += '\n' + old[old.index(NOTES_MARKER):]
     with open(args.out, 'w') as f:
         f.write(text)
     print('\n' + text)
