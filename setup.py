@@ -52,7 +52,11 @@ def cpu_extensions():
         depends=['mmhgw/ops/csrc/hgw_routing_kernel.h'],
         # -march=native: the extension is built on the machine that runs
         # it (pip install -e .); its loops are written to auto-vectorise.
-        extra_compile_args=['-O3', '-march=native'])
+        # -fopenmp: ATen's parallel_for is inline and runs serially unless
+        # the extension itself is compiled with OpenMP (torch's libgomp is
+        # the one that gets linked: it is loaded already).
+        extra_compile_args=['-O3', '-march=native', '-fopenmp'],
+        extra_link_args=['-fopenmp'])
     return [ext], dict(build_ext=OptionalBuildExtension)
 
 

@@ -62,6 +62,7 @@ def test_study_trains_tests_and_reports(tmp_path):
     assert len(row) == 1 and '±' in row[0]
     assert ', '.join(f'{v:.2f}' for v in values) in row[0]
     assert '](images/ablations.png)' in report
+    assert '(2 runs, ' in report  # the runs' own wall time
     image = tmp_path / 'docs' / 'images' / 'ablations.png'
     assert image.stat().st_size > 1000
     # A second call reuses the finished runs and keeps the notes written

@@ -127,6 +127,7 @@ def train_and_test(task, variant, seed, args):
         with open(result_file) as f:
             return json.load(f)
     os.makedirs(work, exist_ok=True)
+    start = time.perf_counter()
     from mmengine.config import Config, DictAction
     options = data_options(task, args.data) + list(args.cfg_options or [])
     cfg = Config.fromfile(osp.join(ROOT, config))
@@ -157,7 +158,8 @@ def train_and_test(task, variant, seed, args):
     result = dict(task=task, variant=variant, seed=seed, iters=iters,
                   metrics={name: metrics.get(key) for name, key in
                            TASKS[task]['metrics']},
-                  time_per_iter=statistics.fmean(times) if times else None)
+                  time_per_iter=statistics.fmean(times) if times else None,
+                  wall_minutes=(time.perf_counter() - start) / 60)
     with open(result_file, 'w') as f:
         json.dump(result, f, indent=2)
     return result
@@ -256,7 +258,7 @@ def bar_chart(tasks, variants, results, path):
 NOTES_MARKER = '<!-- notes -->'
 
 
-def report(args, tasks, results, params, minutes):
+def report(args, tasks, results, params, duration):
     seeds = ', '.join(str(s) for s in args.seeds)
     data = osp.relpath(args.data, ROOT)
     if data.startswith('..'):  # outside the project: as given
@@ -268,7 +270,7 @@ def report(args, tasks, results, params, minutes):
     parts = [
         '# Ablation study\n',
         f'Written by `tools/analysis/ablation_study.py` on '
-        f'{datetime.date.today().isoformat()} ({minutes:.0f} min). Every '
+        f'{datetime.date.today().isoformat()} ({duration}). Every '
         f'variant trained with `tools/train.py` and evaluated with '
         f'`tools/test.py` for seeds {seeds} (`randomness.seed`), on the '
         f'built-in data in `{data}`, from scratch, on the CPU. Mean ± '
@@ -321,8 +323,17 @@ def main():
                              for s in args.seeds] for v in args.variants}
         params[task] = {v: count_parameters(task, v) for v in args.variants}
     minutes = (time.perf_counter() - start) / 60
+    runs = [r for task in results.values() for rs in task.values()
+            for r in rs]
+    if all('wall_minutes' in r for r in runs):
+        # Runs reused from earlier invocations count with their own time.
+        duration = (f'{len(runs)} runs, '
+                   f'{sum(r["wall_minutes"] for r in runs):.0f} min of '
+                   f'training and testing')
+    else:
+        duration = f'this invocation {minutes:.0f} min'
     bar_chart(args.tasks, args.variants, results, args.image)
-    text = report(args, args.tasks, results, params, minutes)
+    text = report(args, args.tasks, results, params, duration)
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     if osp.exists(args.out):
         with open(args.out) as f:
