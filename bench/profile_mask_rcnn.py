@@ -111,9 +111,9 @@ def by_part(config, device):
         restore()
     t = timers.total
     parts = [
-        ('HGW routing op (hgw_routing: solve, value, parts)', t['solver']),
+        ('HGW routing op (hgw_routing: solve, value, parts, pose map)', t['solver']),
         ('capsule grouped conv (embed)', t['grouped conv']),
-        ('capsule layer, rest (structures, factors, poses)',
+        ('capsule layer, rest (structures, factors, activations)',
          t['capsule layers'] - t['solver'] - t['grouped conv']),
         ('backbone, rest (stock convs, BN, ReLU)',
          t['backbone'] - t['capsule layers']),
