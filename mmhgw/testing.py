@@ -1,7 +1,9 @@
 """Loading configs for tests and offline tools: no downloads, CPU norms."""
-from typing import Optional, Tuple
+import logging
+from typing import Callable, Optional, Tuple
 
 from mmengine.config import Config
+from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
 from .config_utils import load_config, sync_bn_to_bn
@@ -35,3 +37,18 @@ def build_model_for_test(cfg: Config, init: bool = True):
     if init:
         model.init_weights()
     return model
+
+
+def logged(func: Callable[[], object]) -> str:
+    """The messages the current MMLogger records while ``func()`` runs,
+    joined by spaces (for tests of what a model reports)."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        func()
+    finally:
+        logger.removeHandler(handler)
+    return ' '.join(r.getMessage() for r in records)

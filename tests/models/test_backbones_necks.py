@@ -1,9 +1,7 @@
 """HGWCaps backbones and neck behave as their stock counterparts."""
-import logging
 
 import pytest
 import torch
-from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
 import mmhgw  # noqa: F401
@@ -11,6 +9,7 @@ from mmhgw.models import HGWCaps
 from mmhgw.models.backbones import (HGWCapsResNet, HGWCapsResNetV1c,
                                     HGWCapsUNet)
 from mmhgw.models.necks import HGWCapsFPN
+from mmhgw.testing import logged
 
 HGW = dict(type='HGWCaps', in_types=4, out_types=4, num_parts=3, part_dim=4)
 
@@ -95,20 +94,6 @@ def test_plain_resnet_checkpoint_fills_non_capsule_layers(tmp_path):
     assert 'stay freshly initialised' in messages
     assert '8 of the 8 HGW capsule layers' in messages
     assert 'layer4.1.conv2' in messages and 'layer4.1.hgw_bn2' in messages
-
-
-def logged(func) -> str:
-    """The messages the current MMLogger records while ``func()`` runs."""
-    records = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    try:
-        func()
-    finally:
-        logger.removeHandler(handler)
-    return ' '.join(r.getMessage() for r in records)
 
 
 def small_caps_resnet(**kwargs):
