@@ -39,6 +39,18 @@ def relative(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
+def saved_for_backward(func):
+    """``(func(), sizes of the tensors autograd saved while it ran)``."""
+    saved = []
+
+    def pack(t):
+        saved.append(t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        return func(), saved
+
+
 def fused_backends():
     backends = ['torch']
     if cpp_available():
@@ -98,15 +110,8 @@ def test_leading_dims_and_only_one_output_used(backend):
 def test_backward_keeps_nothing_plan_sized(backend):
     M, N, V_p, V_q, d = 40, 32, 16, 8, 8
     inputs = make_inputs(M, N, V_p, V_q, d, torch.float32)
-    saved = []
-
-    def pack(t):
-        saved.append(t.numel())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        dist, parts = hgw_routing(*inputs, eps=1e-3, outer_iters=2,
-                                  inner_iters=3, backend=backend)
+    (dist, parts), saved = saved_for_backward(lambda: hgw_routing(
+        *inputs, eps=1e-3, outer_iters=2, inner_iters=3, backend=backend))
     # The largest saved tensor is an input: h1 [M, V_p, V_p] (a plan is
     # M N V_p V_q = 8x larger here).
     assert max(saved) == M * V_p * V_p
@@ -157,16 +162,9 @@ def test_pose_map_keeps_no_parts_for_backward(backend):
     M, N, V_p, V_q, d, O = 40, 32, 16, 8, 8, 4
     inputs = make_inputs(M, N, V_p, V_q, d, torch.float32)
     weight = torch.randn(N, V_q * d, O).requires_grad_()
-    saved = []
-
-    def pack(t):
-        saved.append(t.numel())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        dist, pose = hgw_routing(*inputs, eps=1e-2, outer_iters=2,
-                                 inner_iters=3, backend=backend,
-                                 pose_weight=weight)
+    (dist, pose), saved = saved_for_backward(lambda: hgw_routing(
+        *inputs, eps=1e-2, outer_iters=2, inner_iters=3, backend=backend,
+        pose_weight=weight))
     # The inputs only: h1 [M, V_p, V_p] is the largest; the parts would be
     # M N V_q d, 16x that.
     assert max(saved) == M * V_p * V_p

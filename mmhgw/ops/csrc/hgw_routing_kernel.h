@@ -1040,25 +1040,35 @@ std::vector<scalar_t> squared_norms(const scalar_t* X, int64_t rows, int d) {
   return out;
 }
 
-// Forward over locations [begin, end): dist [M, N], parts [M, N, Vq, d].
-template <typename scalar_t, int VP, int VQ>
-void forward_range(const Inputs<scalar_t>& in, const Options& o,
-                   const scalar_t* sqq, int64_t begin, int64_t end,
-                   scalar_t* dist, scalar_t* parts) {
+// Solves every (location m in [begin, end), type n) problem, a group of
+// types at a time, and calls fn(solver, m, n, slot) for each, with the
+// problem's plan in that slot of the solver.
+template <typename scalar_t, int VP, int VQ, typename Fn>
+void solve_range(const Inputs<scalar_t>& in, const Options& o,
+                 const scalar_t* sqq, int64_t begin, int64_t end, Fn&& fn) {
   using Solver_ = Solver<scalar_t, VP, VQ>;
   Solver_ solver(o);
-  const int64_t part_size = int64_t(o.Vq) * o.d;
   for (int64_t m = begin; m < end; ++m) {
     solver.set_location(in, m);
     for (int n = 0; n < o.N; n += Solver_::kGroup) {
       const int count = std::min(Solver_::kGroup, o.N - n);
       solver.solve(in, sqq, n, count);
-      for (int s = 0; s < count; ++s) {
-        dist[m * o.N + n + s] = solver.value(s);
-        solver.parts(parts + (m * o.N + n + s) * part_size, s);
-      }
+      for (int s = 0; s < count; ++s) fn(solver, m, int64_t(n + s), s);
     }
   }
+}
+
+// Forward over locations [begin, end): dist [M, N], parts [M, N, Vq, d].
+template <typename scalar_t, int VP, int VQ>
+void forward_range(const Inputs<scalar_t>& in, const Options& o,
+                   const scalar_t* sqq, int64_t begin, int64_t end,
+                   scalar_t* dist, scalar_t* parts) {
+  const int64_t part_size = int64_t(o.Vq) * o.d;
+  solve_range<scalar_t, VP, VQ>(
+      in, o, sqq, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
+        dist[m * o.N + n] = solver.value(s);
+        solver.parts(parts + (m * o.N + n) * part_size, s);
+      });
 }
 
 // Plans over locations [begin, end) into plans [M, N, Vp, Vq] (for
@@ -1067,20 +1077,12 @@ template <typename scalar_t, int VP, int VQ>
 void plans_range(const Inputs<scalar_t>& in, const Options& o,
                  const scalar_t* sqq, int64_t begin, int64_t end,
                  scalar_t* plans) {
-  using Solver_ = Solver<scalar_t, VP, VQ>;
-  Solver_ solver(o);
   const int64_t P = int64_t(o.Vp) * o.Vq;
-  for (int64_t m = begin; m < end; ++m) {
-    solver.set_location(in, m);
-    for (int n = 0; n < o.N; n += Solver_::kGroup) {
-      const int count = std::min(Solver_::kGroup, o.N - n);
-      solver.solve(in, sqq, n, count);
-      for (int s = 0; s < count; ++s) {
+  solve_range<scalar_t, VP, VQ>(
+      in, o, sqq, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
         const scalar_t* T = solver.plan(s);
-        std::copy(T, T + P, plans + (m * o.N + n + s) * P);
-      }
-    }
-  }
+        std::copy(T, T + P, plans + (m * o.N + n) * P);
+      });
 }
 
 // Backward over locations [begin, end): per-location gradients into dXp,
@@ -1095,25 +1097,16 @@ void backward_range(const Inputs<scalar_t>& in, const Options& o,
                     scalar_t* dXp, scalar_t* dh1, scalar_t* drow,
                     scalar_t* dXq, scalar_t* dh2, scalar_t* dcol,
                     scalar_t* dbeta, scalar_t* parts = nullptr) {
-  using Solver_ = Solver<scalar_t, VP, VQ>;
-  Solver_ solver(o);
   const int Vp = o.Vp, Vq = o.Vq, d = o.d;
-  for (int64_t m = begin; m < end; ++m) {
-    solver.set_location(in, m);
-    for (int n0 = 0; n0 < o.N; n0 += Solver_::kGroup) {
-      const int count = std::min(Solver_::kGroup, o.N - n0);
-      solver.solve(in, sqq, n0, count);
-      for (int s = 0; s < count; ++s) {
-        const int64_t n = n0 + s;
+  solve_range<scalar_t, VP, VQ>(
+      in, o, sqq, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
         solver.value(s);  // leaves h1 T for the gradient of h2
         if (parts) solver.parts(parts + (m * o.N + n) * Vq * d, s);
         solver.backward(grad_dist[m * o.N + n],
                         grad_parts + (m * o.N + n) * Vq * d, dXp + m * Vp * d,
                         dh1 + m * Vp * Vp, drow + m * Vp, dXq + n * Vq * d,
                         dh2 + n * Vq * Vq, dcol + n * Vq, dbeta, s);
-      }
-    }
-  }
+      });
 }
 
 // Calls fn.template operator()<VP, VQ>() with compile-time sizes for the
