@@ -232,6 +232,15 @@ def _poses(parts: Tensor, pose_weight: Tensor) -> Tensor:
     return torch.einsum('mnk,nko->mno', parts.flatten(-2), pose_weight)
 
 
+def _kernel_layout(X_p, X_q, h1, h2, row, col):
+    """The kernels' layout: locations flattened ([M, V_p, d], [M, V_p,
+    V_p], [M, V_p]), every tensor contiguous."""
+    V_p, d = X_p.shape[-2:]
+    return (X_p.reshape(-1, V_p, d).contiguous(), X_q.contiguous(),
+            h1.reshape(-1, V_p, V_p).contiguous(), h2.contiguous(),
+            row.reshape(-1, V_p).contiguous(), col.contiguous())
+
+
 class _Routing(torch.autograd.Function):
     """The op on one backend's kernels. Forward keeps only the inputs;
     backward solves the plans again and takes the envelope gradient there,
@@ -243,16 +252,22 @@ class _Routing(torch.autograd.Function):
     def forward(ctx, X_p, X_q, h1, h2, row, col, beta, pose_weight, kernels,
                 options):
         ctx.kernels, ctx.options = kernels, options
+        # The caller's tensors are kept, not the kernels' flat copies: the
+        # layer's components are a permuted view of its embedding, whose
+        # storage autograd keeps anyway (a copy would be one more
+        # layer-output-sized tensor per capsule layer).
         ctx.save_for_backward(X_p, X_q, h1, h2, row, col, beta, pose_weight)
-        dist, parts = kernels.forward(X_p, X_q, h1, h2, row, col, beta,
-                                      options)
+        dist, parts = kernels.forward(*_kernel_layout(X_p, X_q, h1, h2, row,
+                                                      col), beta, options)
         if pose_weight is None:
             return dist, parts
         return dist, _poses(parts, pose_weight)
 
     @staticmethod
     def backward(ctx, grad_dist, grad_out):
-        X_p, X_q, h1, h2, row, col, beta, pose_weight = ctx.saved_tensors
+        saved = ctx.saved_tensors
+        X_p, X_q, h1, h2, row, col = _kernel_layout(*saved[:6])
+        beta, pose_weight = saved[6:]
         N, V_q, d = X_q.shape
         M = X_p.shape[0]
         # Upstream gradients as the kernels read them: contiguous, zeros for
@@ -274,6 +289,7 @@ class _Routing(torch.autograd.Function):
                                             ctx.options, want_parts)
         grad_pose_weight = (torch.einsum('mnk,mno->nko', parts.flatten(-2),
                                          grad_out) if want_parts else None)
+        grads = [g.reshape(t.shape) for g, t in zip(grads, saved)]
         return (*grads, grad_pose_weight, None, None)
 
 
@@ -414,9 +430,7 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
     if not torch.is_tensor(beta):
         beta = torch.tensor(float(beta))
     beta = beta.reshape(()).to(device=X_p.device, dtype=dtype)
-    flat = (X_p.reshape(-1, V_p, d), X_q, h1.reshape(-1, V_p, V_p), h2,
-            row.reshape(-1, V_p), col)
-    flat = tuple(t.to(dtype).contiguous() for t in flat)
+    inputs = tuple(t.to(dtype) for t in (X_p, X_q, h1, h2, row, col))
     if pose_weight is not None:
         pose_weight = pose_weight.to(dtype)
     options = dict(eps=float(eps), outer_iters=outer_iters,
@@ -426,17 +440,18 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
         # A traced graph (FLOP counting, export) records the reference's
         # operations: the kernels compute the same ones, and an autograd
         # Function would be an opaque node.
-        dist, out = hgw_routing_reference(*flat, beta, **options)
+        dist, out = hgw_routing_reference(*_kernel_layout(*inputs), beta,
+                                          **options)
         if pose_weight is not None:
             out = _poses(out, pose_weight)
-    elif flat[0].shape[0] == 0:
-        dist = flat[0].new_zeros(0, N) + 0 * beta
-        out = flat[0].new_zeros(0, N, V_q, d)
+    elif X_p.numel() == 0:
+        dist = X_p.new_zeros(0, N, dtype=dtype) + 0 * beta
+        out = X_p.new_zeros(0, N, V_q, d, dtype=dtype)
         if pose_weight is not None:
             out = _poses(out, pose_weight)
     else:
         kernels = KERNELS[resolve_backend(backend, X_p.device)]
-        dist, out = _Routing.apply(*flat, beta, pose_weight, kernels,
+        dist, out = _Routing.apply(*inputs, beta, pose_weight, kernels,
                                    options)
     shape = (V_q, d) if pose_weight is None else (pose_weight.shape[2], )
     return (dist.to(out_dtype).view(*lead, N),

@@ -119,6 +119,43 @@ def test_backward_keeps_nothing_plan_sized(backend):
     assert all(torch.isfinite(t.grad).all() for t in inputs)
 
 
+@pytest.mark.parametrize('backend', fused_backends())
+def test_components_given_as_a_view_are_kept_without_a_copy(backend):
+    """The layer's components are a permuted view of its embedding
+    [B, V_p * d, H, W]: the op keeps that storage for backward, not a
+    contiguous copy of it, and its gradient still reaches the embedding."""
+    B, V_p, d, H, W, N, V_q = 2, 16, 4, 3, 5, 6, 8
+    g = torch.Generator().manual_seed(0)
+    embedding = torch.randn(B, V_p * d, H, W, generator=g,
+                            requires_grad=True)
+    X_p = embedding.view(B, V_p, d, H * W).permute(0, 3, 1, 2)
+    _, X_q, h1, h2, row, col, beta = make_inputs(B * H * W, N, V_p, V_q, d,
+                                                 torch.float32)
+    h1, row = h1.view(B, H * W, V_p, V_p), row.view(B, H * W, V_p)
+    options = dict(eps=1e-2, outer_iters=2, inner_iters=3, backend=backend)
+    storages = []
+
+    def pack(t):
+        storages.append(t.untyped_storage().data_ptr())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        dist, parts = hgw_routing(X_p, X_q, h1, h2, row, col, beta,
+                                  **options)
+    assert embedding.untyped_storage().data_ptr() in storages
+    assert len(storages) == len(set(storages))  # no second X_p copy
+    (dist.sum() + parts.square().sum()).backward()
+    flat = embedding.detach().view(B, V_p, d, H * W).permute(0, 3, 1, 2)
+    flat = flat.reshape(-1, V_p, d).requires_grad_()
+    ref = hgw_routing_reference(flat, X_q, h1.reshape(-1, V_p, V_p), h2,
+                                row.reshape(-1, V_p), col, beta,
+                                **{k: v for k, v in options.items()
+                                   if k != 'backend'})
+    (ref[0].sum() + ref[1].square().sum()).backward()
+    expected = flat.grad.view(B, H * W, V_p, d).permute(0, 2, 3, 1)
+    assert relative(embedding.grad, expected.reshape(embedding.shape)) < 1e-4
+
+
 @pytest.mark.skipif(not cpp_available(), reason='C++ extension not built')
 def test_cpp_plans_give_the_reference_parts():
     """The plans binding (convergence studies) returns each (location, type)

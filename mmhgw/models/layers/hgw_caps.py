@@ -492,7 +492,9 @@ class HGWCaps(BaseModule):
         act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
                         self.temperature)
         norm = torch.sqrt(pose.pow(2).sum(-1, keepdim=True) + SAFE_NORM_EPS)
-        return act.unsqueeze(-1) * pose / norm
+        # The per-capsule factor first: autograd then keeps pose and one
+        # [B, L, N, 1] tensor, not a second pose-sized product.
+        return pose * (act.unsqueeze(-1) / norm)
 
     def _output(self, caps: Tensor, size: Tuple[int, int]) -> Tensor:
         """Capsules [B, L, N, out_dim] to the channel-major feature map."""
