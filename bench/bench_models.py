@@ -1,7 +1,7 @@
 """HGWCaps-ResNet against the stock ResNet, side by side in one run.
 
 Backbones (HGWCaps-R50/R101 vs ResNet-50/101, 224x224) and Mask R-CNN
-(HGWCaps-R50 vs R-50 FPN, 800x1333, batch 1): parameters, FLOPs with the HGW
+(HGWCaps-R50 vs R-50 FPN, 800x1333, batch 1 or ``--batch``): parameters, FLOPs with the HGW
 ops counted (:mod:`mmhgw.analysis.flops`), inference latency, training step
 time and training-step peak memory, for the capsule routing ``'hgw'``, the
 ``'uniform'`` routing (no optimal transport) and the plain convolution
@@ -17,9 +17,10 @@ tensors (timing runs leave glibc's default, which allocates faster). On a
 GPU, ``torch.cuda.max_memory_allocated`` over the step.
 
     python bench/bench_models.py [--group backbones|mask-rcnn|all]
-        [--device cuda] [--repeats 3] [--no-write]
+        [--device cuda] [--repeats 3] [--batch 1] [--no-write]
 """
 import argparse
+import copy
 import json
 import os
 import os.path as osp
@@ -104,14 +105,15 @@ def build_detector(spec):
     return build_model_for_test(cfg, init=True)
 
 
-def detector_batch(device):
-    """One normalised 800x1333 image with three boxes and their masks."""
+def detector_batch(device, batch=1):
+    """``batch`` normalised 800x1333 images, each with three boxes and
+    their masks."""
     from mmdet.structures import DetDataSample
     from mmdet.structures.mask import BitmapMasks
     from mmengine.structures import InstanceData
     H, W = DETECTOR_SHAPE
     gen = torch.Generator().manual_seed(0)
-    image = torch.randn(1, 3, H, W, generator=gen).to(device)
+    image = torch.randn(batch, 3, H, W, generator=gen).to(device)
     boxes = torch.tensor([[100., 120., 400., 500.], [600., 50., 900., 300.],
                           [300., 400., 1200., 780.]])
     masks = torch.zeros(len(boxes), H, W, dtype=torch.uint8)
@@ -123,10 +125,10 @@ def detector_batch(device):
     sample.gt_instances = InstanceData(
         bboxes=boxes.to(device), labels=torch.tensor([1, 2, 3]).to(device),
         masks=BitmapMasks(masks.numpy(), H, W))
-    return image, [sample]
+    return image, [copy.deepcopy(sample) for _ in range(batch)]
 
 
-def worker(name, device, repeats, measure):
+def worker(name, device, repeats, measure, batch=1):
     """Measure one model; returns a dict of plain numbers."""
     from mmhgw.analysis import count_flops
     from mmhgw.analysis.tracing import TensorModeModel
@@ -138,7 +140,7 @@ def worker(name, device, repeats, measure):
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 
     if detector:
-        image, samples = detector_batch(device)
+        image, samples = detector_batch(device, batch)
 
         def loss():
             losses = model.loss(image, samples)
@@ -149,7 +151,7 @@ def worker(name, device, repeats, measure):
                 return model.predict(image, samples)
 
         flop_model = TensorModeModel(model, 'mmdet', DETECTOR_SHAPE)
-        flop_input = image
+        flop_input = image[:1]
     else:
         train_x = torch.randn(BACKBONE_TRAIN_BATCH, 3, *BACKBONE_SHAPE,
                               device=device)
@@ -196,10 +198,10 @@ def worker(name, device, repeats, measure):
                 trace_s=time.perf_counter() - start)
 
 
-def run_worker(name, device, repeats, measure):
+def run_worker(name, device, repeats, measure, batch=1):
     cmd = [sys.executable, osp.abspath(__file__), '--worker', name,
            '--measure', measure, '--device', device, '--repeats',
-           str(repeats)]
+           str(repeats), '--batch', str(batch)]
     env = dict(os.environ)
     if measure == 'memory':
         env['MALLOC_MMAP_THRESHOLD_'] = '65536'
@@ -212,9 +214,9 @@ def run_worker(name, device, repeats, measure):
     return json.loads(lines[-1])
 
 
-def measure_model(name, device, repeats):
-    result = run_worker(name, device, repeats, 'time')
-    result.update(run_worker(name, device, repeats, 'memory'))
+def measure_model(name, device, repeats, batch=1):
+    result = run_worker(name, device, repeats, 'time', batch)
+    result.update(run_worker(name, device, repeats, 'memory', batch))
     return result
 
 
@@ -250,6 +252,9 @@ def main():
                         choices=sorted(GROUPS) + ['all'])
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--batch', type=int, default=1,
+                        help='images per Mask R-CNN batch (backbones: '
+                        f'{BACKBONE_TRAIN_BATCH} in training, 1 in inference)')
     parser.add_argument('--no-write', action='store_true')
     parser.add_argument('--worker', help=argparse.SUPPRESS)
     parser.add_argument('--measure', default='time',
@@ -257,24 +262,31 @@ def main():
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error('--repeats must be >= 1')
+    if args.batch < 1:
+        parser.error('--batch must be >= 1')
     if args.worker:
         print(json.dumps(worker(args.worker, args.device, args.repeats,
-                                args.measure)))
+                                args.measure, args.batch)))
         return
 
     sections = {
         'backbones': ('models-backbones', 'HGWCaps-ResNet vs ResNet '
                       'backbones, 224x224 (train: batch 2)'),
-        'mask-rcnn': ('models-mask-rcnn', 'Mask R-CNN HGWCaps-R50 vs R-50 '
-                      'FPN, 800x1333, batch 1'),
+        'mask-rcnn': ('models-mask-rcnn' + (
+            f'-b{args.batch}' if args.batch > 1 else ''), 'Mask R-CNN '
+            f'HGWCaps-R50 vs R-50 FPN, 800x1333, batch {args.batch}'),
     }
+    images = {'backbones': 'inference and FLOPs on one image',
+              'mask-rcnn': f'inference on the batch of {args.batch}, FLOPs '
+              'on one image'}
     for group_name in (GROUPS if args.group == 'all' else [args.group]):
         results = []
         for name, (group, _) in MODELS.items():
             if group in GROUPS[group_name]:
                 print(f'measuring {name} ...', flush=True)
+                batch = args.batch if group_name == 'mask-rcnn' else 1
                 results.append(measure_model(name, args.device,
-                                             args.repeats))
+                                             args.repeats, batch))
         text = table(results)
         print(text)
         if not args.no_write:
@@ -282,7 +294,7 @@ def main():
             device = torch.device(args.device).type
             write_section(f'{key}-{device}', f'{title} ({device})',
                           text + f'\n\nMedian of {args.repeats} runs; '
-                          'inference and FLOPs on one image.',
+                          f'{images[group_name]}.',
                           device=args.device)
 
 

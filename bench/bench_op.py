@@ -1,0 +1,159 @@
+"""The fused routing op against the 3x3 convolution it serves, per backend.
+
+Times ``mmhgw.ops.hgw_routing`` at the size of a 256-channel capsule layer
+in stage 3 of Mask R-CNN at 800x1333 (50x84 locations per image, 32 input
+types of dim 8, 32 output types of 8 parts of dim 8, the pose map of the
+layer applied in the op, the layer's default solver) and the
+``nn.Conv2d(256, 256, 3)`` it replaces on the same feature map: forward,
+and forward plus backward of the sum of the outputs. On CUDA the times are
+``triton.testing.do_bench`` medians (CUDA events) and the peak memory is
+``torch.cuda.max_memory_allocated`` over the op's timing loops; on the CPU
+they are medians of ``--repeats`` runs.
+
+    python bench/bench_op.py [--device cuda] [--backends triton,torch]
+        [--batches 1,2] [--repeats 5] [--no-write]
+"""
+import argparse
+import os.path as osp
+import sys
+
+import torch
+from torch import nn
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from bench.common import markdown_table, median_time, write_section  # noqa
+
+from mmhgw.ops import hgw_routing  # noqa: E402
+from mmhgw.ot import gw_factors  # noqa: E402
+
+H, W, CHANNELS = 50, 84, 256
+IN_TYPES, OUT_TYPES, PARTS, DIM = 32, 32, 8, 8
+SOLVER = dict(eps=1e-2, outer_iters=3, inner_iters=10)
+
+
+def routing_inputs(locations, device, seed=0):
+    """Layer-like float32 inputs: components, subcapsules, the factors of
+    symmetric structures in [0.5, 1], beta 0.5 and a pose map."""
+    g = torch.Generator().manual_seed(seed)
+    X_p = torch.randn(locations, IN_TYPES, DIM, generator=g)
+    X_q = torch.randn(OUT_TYPES, PARTS, DIM, generator=g)
+    C_p = 0.5 + 0.5 * torch.rand(locations, IN_TYPES, IN_TYPES, generator=g)
+    C_q = 0.5 + 0.5 * torch.rand(OUT_TYPES, PARTS, PARTS, generator=g)
+    C_p, C_q = (C_p + C_p.mT) / 2, (C_q + C_q.mT) / 2
+    row, col, h1, h2 = gw_factors(C_p, C_q,
+                                  torch.full((IN_TYPES, ), 1 / IN_TYPES),
+                                  torch.full((PARTS, ), 1 / PARTS))
+    pose_weight = torch.randn(OUT_TYPES, PARTS * DIM,
+                              CHANNELS // OUT_TYPES, generator=g)
+    return [t.to(device) for t in (X_p, X_q, h1, h2, row, col,
+                                   torch.tensor(0.5), pose_weight)]
+
+
+def timer(device, repeats):
+    if torch.device(device).type == 'cuda':
+        from triton.testing import do_bench
+
+        def measure(fn):
+            return do_bench(fn, warmup=25, rep=100, return_mode='median') / 1e3
+    else:
+
+        def measure(fn):
+            return median_time(fn, device, repeats)
+    return measure
+
+
+def measure_op(backend, batch, device, measure):
+    *inputs, pose_weight = routing_inputs(batch * H * W, device)
+    options = dict(SOLVER, backend=backend, pose_weight=pose_weight)
+    leaves = [t.clone().requires_grad_() for t in inputs]
+
+    def forward():
+        with torch.no_grad():
+            return hgw_routing(*inputs, **options)
+
+    def forward_backward():
+        distance, poses = hgw_routing(*leaves, **options)
+        (distance.sum() + poses.sum()).backward()
+
+    cuda = torch.device(device).type == 'cuda'
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    times = measure(forward), measure(forward_backward)
+    peak = (torch.cuda.max_memory_allocated() - base) if cuda else None
+    return times, peak
+
+
+def measure_conv(batch, device, measure):
+    conv = nn.Conv2d(CHANNELS, CHANNELS, 3, padding=1, bias=False).to(device)
+    x = torch.randn(batch, CHANNELS, H, W, device=device, requires_grad=True)
+
+    def forward():
+        with torch.no_grad():
+            return conv(x)
+
+    return measure(forward), measure(lambda: conv(x).sum().backward())
+
+
+def table(rows):
+    """``rows``: (batch, backend, (fwd, fwd_bwd), peak, (conv_fwd,
+    conv_fwd_bwd)) in seconds and bytes."""
+    lines = []
+    for batch, backend, (fwd, both), peak, (cf, cb) in rows:
+        lines.append([
+            f'{batch}x{H}x{W}', backend, f'{fwd * 1e3:.2f} ({fwd / cf:.0f}x)',
+            f'{both * 1e3:.2f} ({both / cb:.0f}x)',
+            '-' if peak is None else f'{peak / 2**20:.0f}',
+            f'{cf * 1e3:.3f}', f'{cb * 1e3:.3f}'
+        ])
+    return markdown_table([
+        'feature map', 'backend', 'op fwd (ms, vs conv)',
+        'op fwd+bwd (ms, vs conv)', 'op peak (MiB)', 'conv fwd (ms)',
+        'conv fwd+bwd (ms)'
+    ], lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--backends', default=None,
+                        help='comma-separated; default: triton,torch on '
+                        'CUDA, cpp,torch on the CPU')
+    parser.add_argument('--batches', default='1',
+                        help='comma-separated images per feature map')
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--no-write', action='store_true')
+    args = parser.parse_args()
+    cuda = torch.device(args.device).type == 'cuda'
+    backends = (args.backends or ('triton,torch' if cuda else 'cpp,torch'))
+    try:
+        batches = [int(b) for b in args.batches.split(',')]
+    except ValueError:
+        parser.error(f'--batches must be comma-separated integers, got '
+                     f'{args.batches!r}')
+    measure = timer(args.device, args.repeats)
+    rows = []
+    for batch in batches:
+        conv = measure_conv(batch, args.device, measure)
+        for backend in backends.split(','):
+            times, peak = measure_op(backend, batch, args.device, measure)
+            rows.append((batch, backend, times, peak, conv))
+            print(rows[-1], flush=True)
+    body = (f'`hgw_routing` with the pose map at a 256-channel capsule layer '
+            f'({IN_TYPES} input types of dim {DIM}, {OUT_TYPES} output types '
+            f'of {PARTS} parts, eps={SOLVER["eps"]:g}, '
+            f'{SOLVER["outer_iters"]}x{SOLVER["inner_iters"]} iterations, '
+            'float32) against the 3x3 convolution on the same feature map. '
+            'Medians; ratios against the convolution of the same run.\n\n' +
+            table(rows))
+    print(body)
+    if not args.no_write:
+        key = 'routing-op-' + ('cuda' if cuda else 'cpu')
+        write_section(key, f'Routing op vs 3x3 convolution ({key})', body,
+                      args.device)
+
+
+if __name__ == '__main__':
+    main()
