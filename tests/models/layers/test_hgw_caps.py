@@ -35,6 +35,23 @@ def test_output_size_matches_conv2d(stride, padding, dilation, size):
         assert caps.eval()(x).shape == conv(x).shape
 
 
+def test_output_is_a_channels_last_view_of_the_capsules():
+    """The capsules are computed location-major; the feature map is a view
+    of them in channels-last strides (no copy), channel ``n * out_dim + o``
+    holding component o of output type n."""
+    caps = small_caps().eval()
+    x = torch.randn(2, 16, 5, 7)
+    with torch.no_grad():
+        out = caps(x)
+        terms = caps.forward_terms(x)[0]
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert terms.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out, out.contiguous())
+    # The output types are groups of out_dim consecutive channels.
+    lengths = out.reshape(2, 4, 2, 5, 7).norm(dim=2)
+    assert torch.allclose(lengths.amax(1), torch.ones(2, 5, 7), atol=1e-2)
+
+
 @pytest.mark.parametrize('fill', [0.0, 3.0, 1e4])
 @pytest.mark.parametrize('routing', ['hgw', 'uniform'])
 def test_gradients_finite_for_degenerate_inputs(fill, routing):
