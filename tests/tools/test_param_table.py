@@ -10,7 +10,9 @@ from tools.analysis.param_table import count, pairs  # noqa: E402
 
 def test_counterparts_are_resolved_from_base_files():
     found = {osp.basename(h): s for h, s in pairs()}
-    assert len(found) == 14
+    assert len(found) == 15
+    assert found['deeplabv3plus_hgwcaps-r50-d8_demo-isic.py'].endswith(
+        'configs/demo/deeplabv3plus_r50-d8_demo-isic.py')
     assert found['mask-rcnn_hgwcaps-r50_hgwcaps-fpn_1x_coco.py'] == \
         'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
     assert found['unet-hgwcaps-s5-d16_fcn_4xb4-20k_voc12aug-512x512.py'] \
