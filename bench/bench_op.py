@@ -25,29 +25,22 @@ sys.path.insert(0, ROOT)
 from bench.common import markdown_table, median_time, write_section  # noqa
 
 from mmhgw.ops import hgw_routing  # noqa: E402
-from mmhgw.ot import gw_factors  # noqa: E402
+from mmhgw.testing import routing_inputs  # noqa: E402
 
 H, W, CHANNELS = 50, 84, 256
 IN_TYPES, OUT_TYPES, PARTS, DIM = 32, 32, 8, 8
 SOLVER = dict(eps=1e-2, outer_iters=3, inner_iters=10)
 
 
-def routing_inputs(locations, device, seed=0):
-    """Layer-like float32 inputs: components, subcapsules, the factors of
-    symmetric structures in [0.5, 1], beta 0.5 and a pose map."""
-    g = torch.Generator().manual_seed(seed)
-    X_p = torch.randn(locations, IN_TYPES, DIM, generator=g)
-    X_q = torch.randn(OUT_TYPES, PARTS, DIM, generator=g)
-    C_p = 0.5 + 0.5 * torch.rand(locations, IN_TYPES, IN_TYPES, generator=g)
-    C_q = 0.5 + 0.5 * torch.rand(OUT_TYPES, PARTS, PARTS, generator=g)
-    C_p, C_q = (C_p + C_p.mT) / 2, (C_q + C_q.mT) / 2
-    row, col, h1, h2 = gw_factors(C_p, C_q,
-                                  torch.full((IN_TYPES, ), 1 / IN_TYPES),
-                                  torch.full((PARTS, ), 1 / PARTS))
+def layer_inputs(locations, device, seed=0):
+    """Float32 inputs of the op at a capsule layer's sizes
+    (:func:`mmhgw.testing.routing_inputs`) and a pose map."""
+    inputs = routing_inputs(locations, OUT_TYPES, IN_TYPES, PARTS, DIM,
+                            torch.float32, seed)
+    g = torch.Generator().manual_seed(seed + 1)
     pose_weight = torch.randn(OUT_TYPES, PARTS * DIM,
                               CHANNELS // OUT_TYPES, generator=g)
-    return [t.to(device) for t in (X_p, X_q, h1, h2, row, col,
-                                   torch.tensor(0.5), pose_weight)]
+    return [t.to(device) for t in (*inputs, pose_weight)]
 
 
 def timer(device, repeats):
@@ -64,7 +57,7 @@ def timer(device, repeats):
 
 
 def measure_op(backend, batch, device, measure):
-    *inputs, pose_weight = routing_inputs(batch * H * W, device)
+    *inputs, pose_weight = layer_inputs(batch * H * W, device)
     options = dict(SOLVER, backend=backend, pose_weight=pose_weight)
     leaves = [t.clone().requires_grad_() for t in inputs]
 

@@ -1,7 +1,9 @@
-"""Loading configs for tests and offline tools: no downloads, CPU norms."""
+"""For tests, benchmarks and offline tools: configs that load with no
+downloads and CPU norms; layer-like inputs of the routing op."""
 import logging
 from typing import Callable, Optional, Tuple
 
+import torch
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
@@ -52,3 +54,21 @@ def logged(func: Callable[[], object]) -> str:
     finally:
         logger.removeHandler(handler)
     return ' '.join(r.getMessage() for r in records)
+
+
+def routing_inputs(M: int, N: int, V_p: int, V_q: int, d: int,
+                   dtype: torch.dtype = torch.float64, seed: int = 0) -> list:
+    """Layer-like inputs of :func:`mmhgw.ops.hgw_routing`: ``[X_p, X_q, h1,
+    h2, row, col, beta]`` for M locations and N output types, with positive
+    symmetric structures in [1/2, 1], uniform marginals and beta 1/2."""
+    from mmhgw.ot import gw_factors
+    g = torch.Generator().manual_seed(seed)
+    X_p = torch.randn(M, V_p, d, generator=g, dtype=dtype)
+    X_q = torch.randn(N, V_q, d, generator=g, dtype=dtype)
+    C_p = 0.5 + 0.5 * torch.rand(M, V_p, V_p, generator=g, dtype=dtype)
+    C_q = 0.5 + 0.5 * torch.rand(N, V_q, V_q, generator=g, dtype=dtype)
+    C_p, C_q = (C_p + C_p.mT) / 2, (C_q + C_q.mT) / 2
+    row, col, h1, h2 = gw_factors(C_p, C_q,
+                                  torch.full((V_p, ), 1 / V_p, dtype=dtype),
+                                  torch.full((V_q, ), 1 / V_q, dtype=dtype))
+    return [X_p, X_q, h1, h2, row, col, torch.tensor(0.5, dtype=dtype)]

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from mmhgw.ot import embedding_distance, hgw_distance
+from mmhgw.testing import routing_inputs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason='needs a CUDA device')
@@ -33,22 +34,6 @@ def test_layer_forward_backward_on_cuda():
     out.square().sum().backward()
     assert torch.isfinite(x.grad).all()
     assert torch.isfinite(layer.subcapsules.grad).all()
-
-
-def routing_inputs(M, N, V_p, V_q, d, seed=0):
-    """Layer-like float64 inputs of the routing op (as in
-    tests/ops/test_hgw_routing.py)."""
-    from mmhgw.ot import gw_factors
-    g = torch.Generator().manual_seed(seed)
-    X_p = torch.randn(M, V_p, d, generator=g, dtype=torch.float64)
-    X_q = torch.randn(N, V_q, d, generator=g, dtype=torch.float64)
-    C_p = 0.5 + 0.5 * torch.rand(M, V_p, V_p, generator=g, dtype=X_p.dtype)
-    C_q = 0.5 + 0.5 * torch.rand(N, V_q, V_q, generator=g, dtype=X_p.dtype)
-    C_p, C_q = (C_p + C_p.mT) / 2, (C_q + C_q.mT) / 2
-    row, col, h1, h2 = gw_factors(C_p, C_q,
-                                  torch.full((V_p, ), 1 / V_p).double(),
-                                  torch.full((V_q, ), 1 / V_q).double())
-    return [X_p, X_q, h1, h2, row, col, torch.tensor(0.5).double()]
 
 
 @pytest.mark.parametrize('eps,regularizer', [(1e-3, 'proximal'),

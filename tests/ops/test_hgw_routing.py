@@ -8,7 +8,7 @@ import torch
 
 from mmhgw.ops import (cpp_available, hgw_routing, hgw_routing_reference,
                        triton_available)
-from mmhgw.ot import gw_factors
+from mmhgw.testing import routing_inputs
 
 # The module, not the function of the same name that mmhgw.ops exports.
 routing_module = importlib.import_module('mmhgw.ops.hgw_routing')
@@ -21,18 +21,10 @@ SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 5, 32, 8, 8),
 
 
 def make_inputs(M, N, V_p, V_q, d, dtype, seed=0):
-    """Layer-like inputs: positive symmetric structures in (1/2, 1]."""
-    g = torch.Generator().manual_seed(seed)
-    X_p = torch.randn(M, V_p, d, generator=g, dtype=dtype)
-    X_q = torch.randn(N, V_q, d, generator=g, dtype=dtype)
-    C_p = 0.5 + 0.5 * torch.rand(M, V_p, V_p, generator=g, dtype=dtype)
-    C_q = 0.5 + 0.5 * torch.rand(N, V_q, V_q, generator=g, dtype=dtype)
-    C_p, C_q = (C_p + C_p.mT) / 2, (C_q + C_q.mT) / 2
-    p = torch.full((V_p, ), 1 / V_p, dtype=dtype)
-    q = torch.full((V_q, ), 1 / V_q, dtype=dtype)
-    row, col, h1, h2 = gw_factors(C_p, C_q, p, q)
-    inputs = [X_p, X_q, h1, h2, row, col, torch.tensor(0.5, dtype=dtype)]
-    return [t.detach().requires_grad_() for t in inputs]
+    """Layer-like inputs (:func:`mmhgw.testing.routing_inputs`) that
+    require gradients."""
+    return [t.requires_grad_()
+            for t in routing_inputs(M, N, V_p, V_q, d, dtype, seed)]
 
 
 def relative(a, b):
