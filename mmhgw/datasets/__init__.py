@@ -1,5 +1,7 @@
 from .isic2018 import *  # noqa: F401,F403
 from .isic2018 import __all__ as _isic
 from .synthetic_cls import make_shape_classification
+from .transforms import AffineWarp, affine_matrix
 
-__all__ = _isic + ['make_shape_classification']
+__all__ = _isic + ['make_shape_classification', 'AffineWarp',
+                   'affine_matrix']
