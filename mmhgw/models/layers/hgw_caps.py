@@ -23,6 +23,7 @@ from .aux_loss import attach_aux_loss
 ROUTINGS = ('hgw', 'uniform')
 ABLATIONS = (None, 'A', 'B', 'C')
 OBSERVED = ('coactivation', 'counts')
+REG_SCOPES = ('network', 'layer')
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
 SAFE_NORM_EPS = 1e-6
@@ -224,6 +225,12 @@ class HGWCaps(BaseModule):
             in the other variants), so only the use of observed data
             changes.
         temperature: of the activation; finite, > 0.
+        reg_scope: what E trains. ``'network'``: E's gradient flows
+            through the components into the layer's input, hence into every
+            layer before it. ``'layer'``: E sees the components of the
+            detached input, so it trains only the layer's own embedding
+            convolution and subcapsules (the embeddings of Eq. 27); the
+            layers before it learn from the task alone.
         backend: kernels of the routing op (envelope gradients):
             ``'auto'`` (C++ on the CPU, Triton on CUDA, else the torch
             reference with a warning), ``'cpp'``, ``'triton'`` or
@@ -258,6 +265,7 @@ class HGWCaps(BaseModule):
                  ablation: Optional[str] = None,
                  observed: str = 'coactivation',
                  temperature: float = 0.1,
+                 reg_scope: str = 'network',
                  backend: str = 'auto',
                  conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
@@ -281,6 +289,9 @@ class HGWCaps(BaseModule):
         if routing not in ROUTINGS:
             raise ValueError(f'routing must be one of {ROUTINGS}, '
                              f'got {routing!r}')
+        if reg_scope not in REG_SCOPES:
+            raise ValueError(f'reg_scope must be one of {REG_SCOPES}, '
+                             f'got {reg_scope!r}')
         if ablation not in ABLATIONS:
             raise ValueError(f'ablation must be one of {ABLATIONS}, '
                              f'got {ablation!r}')
@@ -322,6 +333,7 @@ class HGWCaps(BaseModule):
         self.backend = backend
         self.ablation = ablation
         self.reg_weight = float(reg_weight)
+        self.reg_scope = reg_scope
         self.temperature = float(temperature)
         self.beta_final = float(beta)
         self.register_buffer('beta', torch.tensor(float(beta)))
@@ -414,7 +426,7 @@ class HGWCaps(BaseModule):
         return K.view(B, L, *K.shape[1:])
 
     def _routing_terms(self, X_p: Tensor, obs_p: Optional[Tensor],
-                       want_reg: bool):
+                       want_reg: bool, X_reg: Optional[Tensor] = None):
         """The routing op's structure factors ``(row, col, h1, h2)`` (see
         :func:`mmhgw.ot.gw_factors`) and the regulariser E (None unless
         ``want_reg``), from the components X_p [B, L, V_p, d]."""
@@ -422,12 +434,18 @@ class HGWCaps(BaseModule):
         p = X_p.new_full((self.in_types, ), 1.0 / self.in_types)
         q = X_p.new_full((self.num_parts, ), 1.0 / self.num_parts)
         row, col, h1, h2 = gw_factors(s['C_p'], s['C_q'], p, q)
-        return row, col, h1, h2, self._regulariser(s) if want_reg else None
+        reg = self._regulariser(s, X_reg) if want_reg else None
+        return row, col, h1, h2, reg
 
-    def _regulariser(self, s: dict) -> Tensor:
-        """E of Eq. reg from the structure terms of :meth:`_structures`."""
+    def _regulariser(self, s: dict, X_reg: Optional[Tensor] = None
+                     ) -> Tensor:
+        """E of Eq. reg from the structure terms of :meth:`_structures`;
+        with ``X_reg`` (the same components by another gradient path, see
+        ``reg_scope``) its input-domain term is taken on those."""
+        K_pp = s['K_pp'] if X_reg is None else \
+            embedding_distance(X_reg, X_reg)
         return self.reg_weight * (
-            kl_off_diagonal(s['K_pp'], s['obs_p'].detach()) +
+            kl_off_diagonal(K_pp, s['obs_p'].detach()) +
             kl_off_diagonal(s['K_qq'], s['obs_q'].detach()))
 
     def _route_fused(self, X_p: Tensor, row: Tensor, col: Tensor,
@@ -539,13 +557,16 @@ class HGWCaps(BaseModule):
         X_p, size = self._components(x)
         obs_p = self._observed_p(x)
         want_reg = self._wants_reg()
+        X_reg = None
+        if want_reg and self.reg_scope == 'layer':
+            X_reg = self._components(x.detach())[0]
         if self.solver_cfg['grad'] == 'unroll':
             s = self._structures(X_p, obs_p)
             dist, parts, _ = self._solve(X_p, s)
             pose = self._poses(parts)
-            reg = self._regulariser(s) if want_reg else None
+            reg = self._regulariser(s, X_reg) if want_reg else None
         else:
-            terms = (X_p, obs_p, want_reg)
+            terms = (X_p, obs_p, want_reg, X_reg)
             if torch.is_grad_enabled():
                 # The structures' [B, L, V_p, V_p] intermediates (about ten
                 # per layer, 1.8x the stock Mask R-CNN's training memory)

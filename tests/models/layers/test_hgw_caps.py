@@ -98,6 +98,38 @@ def test_injected_regulariser_gradient_equals_explicit_sum():
     assert not torch.allclose(bare.subcapsules.grad, twin.subcapsules.grad)
 
 
+@pytest.mark.parametrize('grad', ['envelope', 'unroll'])
+def test_reg_scope_decides_whether_e_reaches_the_input(grad):
+    """E alone (task output weighted 0): with ``reg_scope='layer'`` its
+    gradient stops at the layer's own parameters; with ``'network'`` it
+    also reaches the input, hence every layer before."""
+    grads = {}
+    for scope in ('layer', 'network'):
+        torch.manual_seed(1)
+        x = torch.randn(2, 16, 5, 6, requires_grad=True)
+        caps = small_caps(reg_scope=scope, grad=grad).train()
+        (caps(x) * 0).sum().backward()
+        grads[scope] = (x.grad, caps.embed.weight.grad,
+                        caps.subcapsules.grad)
+    x_layer, embed_layer, sub_layer = grads['layer']
+    x_net, embed_net, sub_net = grads['network']
+    assert x_layer is None or x_layer.abs().max() == 0
+    assert x_net.abs().max() > 0
+    # The layer's own embeddings get E's gradient either way, the same.
+    assert embed_layer.abs().max() > 0
+    torch.testing.assert_close(embed_layer, embed_net)
+    torch.testing.assert_close(sub_layer, sub_net)
+
+
+def test_reg_scope_changes_no_output_or_value():
+    torch.manual_seed(1)
+    x = torch.randn(2, 16, 5, 6)
+    out_l, reg_l, _ = small_caps(reg_scope='layer').train().forward_terms(x)
+    out_n, reg_n, _ = small_caps().train().forward_terms(x)
+    torch.testing.assert_close(out_l, out_n)
+    torch.testing.assert_close(reg_l, reg_n)
+
+
 def test_no_regulariser_in_eval_or_under_ablation_b():
     x = torch.randn(1, 16, 4, 4)
     assert small_caps().eval().forward_terms(x)[1] is None
@@ -139,6 +171,7 @@ def test_eval_is_deterministic_and_state_dict_round_trips():
     (dict(grad='implicit'), 'grad must be one of'),
     (dict(eps=0.0), 'eps must be'),
     (dict(beta=1.5), 'beta must be in'),
+    (dict(reg_scope='model'), 'reg_scope must be one of'),
 ])
 def test_bad_arguments_raise_value_error(kwargs, match):
     args = dict(in_channels=16, out_channels=8)
