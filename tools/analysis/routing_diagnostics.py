@@ -1,0 +1,171 @@
+"""What the capsule layers of a model do on real batches: routing
+statistics and where the gradient comes from.
+
+For a config (optionally with a checkpoint) and a few training batches of
+its data, prints and writes as JSON:
+
+- per capsule layer: the plans' row entropy (0: every component sent to
+  one part, 1: spread evenly), how many output types are active per
+  location (activation > 1/2), the spread of the HGW distances over output
+  types, the share of saturated cross costs (``K > 0.99``), the mean squared
+  size of components and subcapsule parts, and E's value;
+- per part of the network (backbone stages before, at and after the
+  capsules; heads): the gradient norm of the task loss alone and of the
+  task loss with the regulariser E, so that one sees which parameters E
+  trains and how strongly beside the task.
+
+    python tools/analysis/routing_diagnostics.py CONFIG [--checkpoint CKPT]
+        [--batches 2] [--beta 0.5] [--out diag.json] [--cfg-options k=v ...]
+
+``--beta`` sets the capsules' beta (the warm-up's final value by default;
+a fresh model would otherwise sit at the warm-up's start).
+"""
+import argparse
+import json
+import math
+from collections import defaultdict
+
+import torch
+from mmengine.config import DictAction
+
+
+def layer_statistics(layer, x) -> dict:
+    """Routing statistics of one HGWCaps layer on its input ``x``."""
+    with torch.no_grad():
+        r = layer.route(x)
+        dist, plan = r['distance'], r['plan']
+        rows = plan / plan.sum(-1, keepdim=True)
+        row_entropy = -(rows * rows.clamp_min(1e-30).log()).sum(-1)
+        act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
+                        layer.temperature)
+        K = layer._cross_cost(r['components'])
+        reg = layer._regulariser(layer._structures(r['components']))
+        return dict(
+            row_entropy=(row_entropy / math.log(plan.shape[-1])).mean()
+            .item(),
+            active_types=(act > 0.5).float().sum(-1).mean().item(),
+            out_types=layer.out_types,
+            distance_spread=(dist.max(-1)[0] - dist.min(-1)[0]).mean()
+            .item(),
+            saturated_cross_cost=(K > 0.99).float().mean().item(),
+            component_sq=r['components'].pow(2).mean().item(),
+            subcapsule_sq=layer.subcapsules.pow(2).mean().item(),
+            regulariser=reg.item())
+
+
+def section_of(name: str, capsule_names) -> str:
+    """Which part of the network a parameter belongs to, by name."""
+    for caps in capsule_names:
+        if name.startswith(caps + '.'):
+            return 'capsule layers'
+    return name.split('.')[0] if not name.startswith('backbone.') else \
+        'backbone (' + '.'.join(name.split('.')[1:3]) + ')'
+
+
+def gradient_norms(model, inputs, samples, capsule_names, with_reg: bool):
+    """Gradient norm per network part of the summed losses, with or without
+    the capsules' regulariser E."""
+    from mmhgw.models import HGWCaps
+    saved = {}
+    for m in model.modules():
+        if isinstance(m, HGWCaps):
+            saved[m] = m.reg_weight
+            if not with_reg:
+                m.reg_weight = 0.0
+    model.zero_grad()
+    try:
+        losses = model.loss(inputs, samples)
+        sum(v for k, v in losses.items() if 'loss' in k).backward()
+    finally:
+        for m, w in saved.items():
+            m.reg_weight = w
+    squares = defaultdict(float)
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            squares[section_of(name, capsule_names)] += \
+                p.grad.pow(2).sum().item()
+    model.zero_grad()
+    return {k: v ** 0.5 for k, v in squares.items()}
+
+
+def diagnose(cfg, checkpoint=None, batches=2, beta=None) -> dict:
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner, load_checkpoint
+
+    from mmhgw.models import HGWCaps
+    from mmhgw.testing import build_model_for_test
+    init_default_scope(cfg.get('default_scope', 'mmengine'))
+    model = build_model_for_test(cfg, init=checkpoint is None)
+    if checkpoint:
+        load_checkpoint(model, checkpoint, map_location='cpu',
+                        logger='silent')
+    model.train()
+    layers = {n: m for n, m in model.named_modules()
+              if isinstance(m, HGWCaps)}
+    if not layers:
+        raise SystemExit('the model has no HGWCaps layer to diagnose')
+    for m in layers.values():
+        if beta is not None:
+            m.beta.fill_(beta)
+    captured = {}
+    hooks = [m.register_forward_hook(
+        lambda mod, inp, out, name=n: captured.__setitem__(name, inp[0]))
+        for n, m in layers.items()]
+    loader = Runner.build_dataloader(cfg.train_dataloader)
+    stats = defaultdict(list)
+    grads = defaultdict(lambda: defaultdict(list))
+    for i, batch in zip(range(batches), loader):
+        data = model.data_preprocessor(batch, training=True)
+        for with_reg in (False, True):
+            key = 'task + E' if with_reg else 'task'
+            norms = gradient_norms(model, data['inputs'],
+                                   data['data_samples'], list(layers),
+                                   with_reg)
+            for part, value in norms.items():
+                grads[part][key].append(value)
+        for name, layer in layers.items():
+            stats[name].append(layer_statistics(layer, captured[name]))
+    for h in hooks:
+        h.remove()
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return dict(
+        layers={n: {k: mean([s[k] for s in runs]) for k in runs[0]}
+                for n, runs in stats.items()},
+        gradients={part: {k: mean(v) for k, v in by.items()}
+                   for part, by in grads.items()})
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('config')
+    parser.add_argument('--checkpoint')
+    parser.add_argument('--batches', type=int, default=2)
+    parser.add_argument('--beta', type=float, default=None)
+    parser.add_argument('--out', help='JSON file to write')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import mmhgw  # noqa: F401
+    from mmhgw.testing import load_config_for_test
+    cfg = load_config_for_test(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.beta is None:
+        args.beta = cfg.model.backbone.get('hgw_cfg', {}).get('beta')
+    result = diagnose(cfg, args.checkpoint, args.batches, args.beta)
+    for name, s in result['layers'].items():
+        print(name, ' '.join(f'{k}={v:.4g}' for k, v in s.items()))
+    for part, by in sorted(result['gradients'].items()):
+        print(f'{part:28s}', ' '.join(f'{k}: {v:.3e}'
+                                       for k, v in by.items()))
+    if args.out:
+        with open(args.out, 'w') as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == '__main__':
+    main()
