@@ -110,6 +110,10 @@ def test_missing_files_are_named(setup, tmp_path):
     with pytest.raises(SystemExit, match='--images: no such folder'):
         main([setup['whole'], setup['config'], out, '--images',
               str(tmp_path / 'none')])
+    with pytest.raises(SystemExit,
+                       match='model.backbone.hgw_cfg.outer_iters'):
+        main([setup['whole'], setup['config'], out, '--cfg-options',
+              'hgw_cfg.outer_iters=5'])
     assert not osp.exists(out)
 
 

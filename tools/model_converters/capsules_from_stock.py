@@ -51,6 +51,7 @@ import torch.nn.functional as F
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))))
 import mmhgw  # noqa: E402,F401  (registration)
+from mmhgw.config_utils import merge_cfg_options  # noqa: E402
 from mmhgw.models import HGWCaps  # noqa: E402
 from mmhgw.testing import (build_model_for_test,  # noqa: E402
                            load_config_for_test, progress)
@@ -446,8 +447,10 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
     torch.manual_seed(seed)
     state = read_state_dict(src)
     cfg = load_config_for_test(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+    try:
+        merge_cfg_options(cfg, cfg_options)
+    except ValueError as e:
+        raise ConvertError(str(e))
     model = build_model_for_test(cfg, init=True)
     sites = [CapsuleSite(model, name, m) for name, m in model.named_modules()
              if isinstance(m, HGWCaps)]
