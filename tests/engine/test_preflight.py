@@ -13,13 +13,13 @@ from mmengine.config import Config
 
 import mmhgw  # noqa: F401
 from mmhgw.config_utils import add_runner_args, config_from_args
-from mmhgw.engine.preflight import (RUNTIME_KEYS, check_cfg_options,
-                                    check_weight_sources,
+from mmhgw.engine.preflight import (RUNTIME_KEYS, check_weight_sources,
                                     matching_torchvision)
 from mmhgw.testing import build_model_for_test
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-DEMO_DET = osp.join(ROOT, 'configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py')
+DEMO_DET = osp.join(ROOT,
+                    'configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py')
 DEMO_SEG = osp.join(ROOT, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py')
 
 
@@ -81,7 +81,8 @@ def test_file_variables_and_unknown_keys_are_refused_together():
 
 
 def test_default_only_and_command_line_keys_are_refused():
-    message = refusal(DEMO_SEG, '--cfg-options', 'data_preprocessor.size=(8,8)')
+    message = refusal(DEMO_SEG, '--cfg-options',
+                      'data_preprocessor.size=(8,8)')
     assert '`data_preprocessor` is only a default for `model.data_' \
         'preprocessor`' in message
     assert '  model.data_preprocessor.size' in message
@@ -124,8 +125,8 @@ def with_torchvision(monkeypatch, importable: bool):
 
 def test_torchvision_weights_without_torchvision_say_how_to_proceed(
         monkeypatch):
-    cfg = Config.fromfile(
-        osp.join(ROOT, 'configs/mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py'))
+    cfg = Config.fromfile(osp.join(
+        ROOT, 'configs/mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py'))
     with_torchvision(monkeypatch, importable=True)
     check_weight_sources(cfg)
     with_torchvision(monkeypatch, importable=False)
