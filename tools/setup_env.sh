@@ -120,28 +120,38 @@ fi
 # mmdet ResNets' init_cfg) and MMPretrain import it. It is kept only if it
 # works with the installed torch: PyPI's Linux wheel is built for PyPI's
 # torch (a CUDA build, which also runs on CPUs) and fails in its compiled
-# ops next to a +cpu torch from PyTorch's index. A try that fails is
-# remembered for that torch, so later runs do not download it again.
+# ops next to a +cpu torch from PyTorch's index. The outcome is stamped
+# with the installed versions of both; while they stay the same, later runs
+# neither check (an import of torch, seconds) nor download again.
 torchvision_works() {
     "$VENV/bin/python" -c "import torch, torchvision; from torchvision.ops import nms
 nms(torch.zeros(1, 4), torch.ones(1), 0.5)" >/dev/null 2>&1
 }
+torch_pair() {
+    "$VENV/bin/python" -c "import importlib.metadata as md
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return 'none'
+print('torch', version('torch'), 'torchvision', version('torchvision'))"
+}
 mapfile -t torchvision_reqs < <(reqs requirements/torchvision.txt)
-torch_version="$("$VENV/bin/python" -c "import torch; print(torch.__version__)")"
-torchvision_tried="$VENV/.torchvision-unmatched"
-if ! torchvision_works && [ "$(cat "$torchvision_tried" 2>/dev/null)" != "$torch_version" ]; then
-    echo "[setup] installing ${torchvision_reqs[*]} (--no-deps) for torch $torch_version"
-    if $PIP install -q --no-deps "${torchvision_reqs[@]}" && torchvision_works; then
-        rm -f "$torchvision_tried"
-    else
-        $PIP uninstall -q -y torchvision >/dev/null 2>&1 || true
-        echo "$torch_version" > "$torchvision_tried"
-        echo "[setup] note: the package index has no ${torchvision_reqs[*]} that works" \
-             "with torch $torch_version; left out. Configs loading torchvision:// weights" \
-             "and MMPretrain need one: for a +cpu torch," \
-             "pip install --no-deps ${torchvision_reqs[*]} --index-url" \
-             "https://download.pytorch.org/whl/cpu" >&2
+torchvision_stamp="$VENV/.torchvision-checked"
+if [ "$(cat "$torchvision_stamp" 2>/dev/null)" != "$(torch_pair)" ]; then
+    if ! torchvision_works; then
+        torch_version="$("$VENV/bin/python" -c "import torch; print(torch.__version__)")"
+        echo "[setup] installing ${torchvision_reqs[*]} (--no-deps) for torch $torch_version"
+        if ! { $PIP install -q --no-deps "${torchvision_reqs[@]}" && torchvision_works; }; then
+            $PIP uninstall -q -y torchvision >/dev/null 2>&1 || true
+            echo "[setup] note: the package index has no ${torchvision_reqs[*]} that works" \
+                 "with torch $torch_version; left out. Configs loading torchvision:// weights" \
+                 "and MMPretrain need one: for a +cpu torch," \
+                 "pip install --no-deps ${torchvision_reqs[*]} --index-url" \
+                 "https://download.pytorch.org/whl/cpu" >&2
+        fi
     fi
+    torch_pair > "$torchvision_stamp"
 fi
 
 # Checked from outside the repository, where only an installed mmhgw imports,

@@ -44,6 +44,18 @@ def torchvision_works() -> bool:
         return False
 
 
+def torch_pair() -> str:
+    """The installed torch and torchvision, as the set-up stamps them."""
+    import importlib.metadata as md
+
+    def version(name):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return 'none'
+    return f"torch {version('torch')} torchvision {version('torchvision')}"
+
+
 def fake_venv(tmp_path, broken_ops=False, broken_torchvision=False):
     """A venv whose python is this one, with pip installs and uninstalls
     logged, not run (and, with ``broken_ops``, an mmcv package whose ops fail
@@ -60,9 +72,7 @@ def fake_venv(tmp_path, broken_ops=False, broken_torchvision=False):
                                 'operator torchvision::nms does not exist')
     elif not torchvision_works():
         # No torchvision works with this torch: as after a try that failed.
-        import torch
-        (venv / '.torchvision-unmatched').write_text(torch.__version__ +
-                                                     '\n')
+        (venv / '.torchvision-checked').write_text(torch_pair() + '\n')
     extra = f'export PYTHONPATH={shadow}\n' if shadow else ''
     python = venv / 'bin' / 'python'
     python.write_text(textwrap.dedent(f"""\
