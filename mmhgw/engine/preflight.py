@@ -123,10 +123,11 @@ def check_cfg_options(cfg, options: Optional[Dict[str, object]],
     ``DictAction`` gives them) are merged. A key sets nothing when its
     top-level name is a variable of the config file (not in
     :data:`RUNTIME_KEYS`: its value was copied elsewhere at parse time), is
-    in no config and read by nothing, only provides a default that the
-    config already overrides (:data:`DEFAULT_ONLY_KEYS`), or is set again
-    afterwards by the tool's own arguments (``set_by_command_line``: key ->
-    the argument that sets it). The message names the keys to use instead.
+    neither in the config nor read at run time, only provides a default
+    that the config already overrides (:data:`DEFAULT_ONLY_KEYS`), or is set
+    again afterwards by the tool's own arguments (``set_by_command_line``:
+    key -> the argument that sets it). The message names the keys to use
+    instead.
     """
     if not options:
         return
@@ -169,9 +170,8 @@ def check_cfg_options(cfg, options: Optional[Dict[str, object]],
                             'this one.')
             problems.append(message)
             continue
-        name = path[-1]
-        places = [_dotted(p) for p, _ in _runtime_items(cfg)
-                  if len(path) == 1 and p[-1] == name]
+        places = [] if rest else [
+            _dotted(p) for p, _ in _runtime_items(cfg) if p[-1] == top]
         places += difflib.get_close_matches(
             str(top), sorted(RUNTIME_KEYS | set(cfg)), n=3)
         message = (f'{key}: `{top}` is not a key of this config and '

@@ -37,6 +37,14 @@ def run_test_tool(monkeypatch, *argv):
     runpy.run_path(osp.join(ROOT, 'tools', 'test.py'), run_name='__main__')
 
 
+def unique_names(tmp_path):
+    """Logger and visualizer names of a run of its own in this process: the
+    hooks take mmengine's latest *new* visualizer, and the configs all name
+    theirs 'visualizer'."""
+    return [f'experiment_name={tmp_path.name}',
+            f'visualizer.name={tmp_path.name}']
+
+
 def dumped_config(work):
     """The config as the Runner saved it into ``work``."""
     return Config.fromfile(glob.glob(str(work / '*.py'))[0])
@@ -51,7 +59,7 @@ def test_mmdet_out_show_dir_and_flip_tta(tmp_path, monkeypatch):
     run_test_tool(
         monkeypatch, STOCK_DET, checkpoint, '--work-dir',
         str(tmp_path / 'work'), '--out', str(out), '--show-dir', 'painted',
-        '--tta', '--cfg-options', f'experiment_name={tmp_path.name}',
+        '--tta', '--cfg-options', *unique_names(tmp_path),
         f'test_dataloader.dataset.data_root={data}',
         f'test_evaluator.ann_file={ann}', 'test_evaluator.metric=bbox',
         # DetTTAModel merges boxes only: the box part of Mask R-CNN.
@@ -83,7 +91,7 @@ def test_mmseg_out_show_dir_and_flip_tta(tmp_path, monkeypatch,
         monkeypatch, str(config), checkpoint, '--work-dir',
         str(tmp_path / 'work'), '--out', str(out), '--show-dir',
         str(painted), '--interval', '1', '--tta', '--metrics-out',
-        str(metrics), '--cfg-options', f'experiment_name={tmp_path.name}')
+        str(metrics), '--cfg-options', *unique_names(tmp_path))
     assert len(glob.glob(str(out / '*.png'))) == 2
     assert len(glob.glob(str(painted / 'vis_data' / 'vis_image' /
                              '*.png'))) == 2
