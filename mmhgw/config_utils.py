@@ -45,17 +45,44 @@ def add_runner_args(parser):
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
 
 
+def merge_cfg_options(cfg: Config, options, set_by_command_line=None):
+    """Merge ``--cfg-options`` (``key: value``, as ``DictAction`` gives
+    them) into ``cfg`` after checking that each sets something
+    (:func:`mmhgw.engine.preflight.check_cfg_options`), and import the
+    modules of a ``custom_imports`` among them."""
+    if not options:
+        return
+    from mmhgw.engine.preflight import (check_cfg_options,
+                                        import_option_modules)
+    check_cfg_options(cfg, options, set_by_command_line)
+    cfg.merge_from_dict(options)
+    import_option_modules(cfg, options)
+
+
+def keys_set_by_args(args) -> dict:
+    """Top-level config keys that the train / test tools set from their own
+    arguments after ``--cfg-options`` are merged: key -> argument."""
+    keys = {}
+    if getattr(args, 'work_dir', None):
+        keys['work_dir'] = '--work-dir'
+    if getattr(args, 'checkpoint', None):
+        keys['load_from'] = 'the CHECKPOINT argument'
+    if getattr(args, 'resume', None) is not None:
+        keys.update(resume='--resume', load_from='--resume')
+    return keys
+
+
 def config_from_args(args) -> Config:
     """The config of a train / test command line: ``args.config`` with
-    ``--cfg-options`` merged, ``launcher`` set and ``work_dir`` defaulting to
-    ``./work_dirs/<config name>``, as the stock OpenMMLab tools do."""
+    ``--cfg-options`` merged (:func:`merge_cfg_options`), ``launcher`` set and
+    ``work_dir`` defaulting to ``./work_dirs/<config name>``, as the stock
+    OpenMMLab tools do."""
     import os
     import os.path as osp
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     cfg = Config.fromfile(args.config)
     cfg.launcher = args.launcher
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    merge_cfg_options(cfg, args.cfg_options, keys_set_by_args(args))
     if args.work_dir:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir') is None:

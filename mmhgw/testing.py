@@ -1,7 +1,10 @@
 """For tests, benchmarks and offline tools: configs that load with no
-downloads and CPU norms; layer-like inputs of the routing op."""
+downloads and CPU norms; layer-like inputs of the routing op; progress bars
+that stay out of log files."""
+import contextlib
 import logging
-from typing import Callable, Optional, Tuple
+import sys
+from typing import Callable, Iterator, Optional, Tuple
 
 import torch
 from mmengine.config import Config
@@ -32,13 +35,35 @@ def load_config_for_test(path: str, seg_size: Optional[Tuple[int, int]] = None,
 
 def build_model_for_test(cfg: Config, init: bool = True):
     """Build ``cfg.model`` in the config's default scope, with its weights
-    initialised when ``init``."""
+    initialised when ``init``: quietly, warnings aside (mmengine logs a
+    line per parameter, which buries a tool's own output)."""
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     from mmengine.registry import MODELS
     model = MODELS.build(cfg.model)
     if init:
-        model.init_weights()
+        logger = MMLogger.get_current_instance()
+        level = logger.level
+        logger.setLevel(max(level, logging.WARNING))
+        try:
+            model.init_weights()
+        finally:
+            logger.setLevel(level)
     return model
+
+
+@contextlib.contextmanager
+def progress(total: int) -> Iterator[Callable[[], None]]:
+    """Yields ``step()``, which advances mmengine's progress bar over
+    ``total`` steps when stdout is a terminal and does nothing otherwise:
+    the bar redraws itself with carriage returns, which pile up in a log
+    file."""
+    if not sys.stdout.isatty():
+        yield lambda: None
+        return
+    from mmengine.utils import ProgressBar
+    bar = ProgressBar(total, file=sys.stdout)
+    yield bar.update
+    sys.stdout.write('\n')
 
 
 def logged(func: Callable[[], object]) -> str:

@@ -84,3 +84,10 @@ def test_custom_imports_registers_mmhgw_in_a_fresh_process(tmp_path):
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert 'built MaskRCNN' in out.stdout
+
+
+def test_mmdet_benchmark_module_imports():
+    # mmdet's tools/analysis_tools/benchmark.py runs on this module, which
+    # imports psutil (undeclared by mmdet; in requirements/runtime.txt).
+    from mmdet.utils.benchmark import DatasetBenchmark, InferenceBenchmark
+    assert DatasetBenchmark and InferenceBenchmark

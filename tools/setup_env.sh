@@ -116,13 +116,42 @@ if ! have "${pretrain_reqs[@]}"; then
     echo "[setup] installing ${pretrain_reqs[0]} and its light dependencies (--no-deps)"
     $PIP install -q --no-deps "${pretrain_reqs[@]}"
 fi
-# MMPretrain imports torchvision; PyPI's Linux torchvision wheels are CUDA
-# builds, so it is added next to a CUDA torch only (the tests stand in for it
-# where it is missing).
-if "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null \
-    && ! have "torchvision==0.28.0"; then
-    echo "[setup] installing torchvision==0.28.0 (--no-deps) for the CUDA torch"
-    $PIP install -q --no-deps "torchvision==0.28.0"
+# torchvision: configs that start from torchvision:// weights (the stock
+# mmdet ResNets' init_cfg) and MMPretrain import it. It is kept only if it
+# works with the installed torch: PyPI's Linux wheel is built for PyPI's
+# torch (a CUDA build, which also runs on CPUs) and fails in its compiled
+# ops next to a +cpu torch from PyTorch's index. The outcome is stamped
+# with the installed versions of both; while they stay the same, later runs
+# neither check (an import of torch, seconds) nor download again.
+torchvision_works() {
+    "$VENV/bin/python" -c "import torch, torchvision; from torchvision.ops import nms
+nms(torch.zeros(1, 4), torch.ones(1), 0.5)" >/dev/null 2>&1
+}
+torch_pair() {
+    "$VENV/bin/python" -c "import importlib.metadata as md
+def version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return 'none'
+print('torch', version('torch'), 'torchvision', version('torchvision'))"
+}
+mapfile -t torchvision_reqs < <(reqs requirements/torchvision.txt)
+torchvision_stamp="$VENV/.torchvision-checked"
+if [ "$(cat "$torchvision_stamp" 2>/dev/null)" != "$(torch_pair)" ]; then
+    if ! torchvision_works; then
+        torch_version="$("$VENV/bin/python" -c "import torch; print(torch.__version__)")"
+        echo "[setup] installing ${torchvision_reqs[*]} (--no-deps) for torch $torch_version"
+        if ! { $PIP install -q --no-deps "${torchvision_reqs[@]}" && torchvision_works; }; then
+            $PIP uninstall -q -y torchvision >/dev/null 2>&1 || true
+            echo "[setup] note: the package index has no ${torchvision_reqs[*]} that works" \
+                 "with torch $torch_version; left out. Configs loading torchvision:// weights" \
+                 "and MMPretrain need one: for a +cpu torch," \
+                 "pip install --no-deps ${torchvision_reqs[*]} --index-url" \
+                 "https://download.pytorch.org/whl/cpu" >&2
+        fi
+    fi
+    torch_pair > "$torchvision_stamp"
 fi
 
 # Checked from outside the repository, where only an installed mmhgw imports,

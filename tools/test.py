@@ -1,6 +1,7 @@
 """Evaluate a checkpoint on a config's test set with mmengine's Runner.
 
-    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR]
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out OUT]
+        [--show] [--show-dir DIR] [--tta] ... (the stock test scripts' options)
 """
 import argparse
 import json
@@ -10,6 +11,8 @@ from mmengine.runner import Runner
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
 from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.cpu_dist import finish_distributed, prepare_cpu_distributed
+from mmhgw.engine.test_options import (add_test_options, apply_test_options,
+                                       write_test_outputs)
 
 
 def parse_args():
@@ -19,6 +22,7 @@ def parse_args():
     parser.add_argument('--metrics-out',
                         help='also write the metrics to this JSON file')
     add_runner_args(parser)
+    add_test_options(parser)
     return parser.parse_args()
 
 
@@ -27,12 +31,14 @@ def main():
     cfg = config_from_args(args)
     prepare_cpu_distributed(cfg)
     cfg.load_from = args.checkpoint
+    apply_test_options(cfg, args)
     runner = Runner.from_cfg(cfg)
     metrics = runner.test()
     print(metrics)
     if args.metrics_out:
         with open(args.metrics_out, 'w') as f:
             json.dump(metrics, f, indent=2)
+    write_test_outputs(metrics, args)
     finish_distributed()
 
 

@@ -11,6 +11,7 @@ from mmengine.runner import Runner
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
 from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.cpu_dist import finish_distributed, prepare_cpu_distributed
+from mmhgw.engine.preflight import check_weight_sources
 
 
 def parse_args():
@@ -29,6 +30,7 @@ def parse_args():
 def main():
     args = parse_args()
     cfg = config_from_args(args)
+    check_weight_sources(cfg)
     prepare_cpu_distributed(cfg)
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'

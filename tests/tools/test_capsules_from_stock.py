@@ -54,6 +54,9 @@ def test_cli_end_to_end_whole_segmentor(setup):
          '--num-images', '4', '--img-size', '64', '64', '--steps', STEPS,
          '--batch-size', '2'], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # Output to a pipe, as to a log file: no progress bar redrawn with
+    # carriage returns, no initialisation table of every parameter.
+    assert '\r' not in proc.stdout and 'torch.Size' not in proc.stdout
     ckpt = torch.load(out, map_location='cpu', weights_only=False)
     errors = ckpt['meta']['relative_error']
     assert ckpt['meta']['source'] == setup['whole']
@@ -107,6 +110,10 @@ def test_missing_files_are_named(setup, tmp_path):
     with pytest.raises(SystemExit, match='--images: no such folder'):
         main([setup['whole'], setup['config'], out, '--images',
               str(tmp_path / 'none')])
+    with pytest.raises(SystemExit,
+                       match='model.backbone.hgw_cfg.outer_iters'):
+        main([setup['whole'], setup['config'], out, '--cfg-options',
+              'hgw_cfg.outer_iters=5'])
     assert not osp.exists(out)
 
 
@@ -133,3 +140,21 @@ def test_wrong_architecture_is_named(setup, tmp_path):
     not_ckpt.write_text('not a checkpoint')
     with pytest.raises(SystemExit, match='SRC: cannot read .*notes.pth'):
         main([str(not_ckpt), setup['config'], out])
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch):
+    import io
+
+    from mmhgw.testing import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream, drawn in ((io.StringIO(), False), (Terminal(), True)):
+        monkeypatch.setattr(sys, 'stdout', stream)
+        with progress(3) as step:
+            for _ in range(3):
+                step()
+        assert ('\r' in stream.getvalue()) == drawn
+        assert ('3/3' in stream.getvalue()) == drawn

@@ -46,3 +46,9 @@ def test_detector_flops_include_rpn_and_roi_heads(capsys):
 def test_bad_shape_is_refused(shape):
     with pytest.raises(ValueError, match='shape'):
         main([SEG_HGW, '--shape', *shape])
+
+
+def test_cfg_options_that_set_nothing_are_refused():
+    with pytest.raises(ValueError, match='  model.backbone.hgw_cfg.in_types'):
+        main([SEG_HGW, '--shape', '32', '48', '--cfg-options',
+              'hgw_cfg.in_types=8'])

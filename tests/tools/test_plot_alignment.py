@@ -31,6 +31,8 @@ def test_plot_alignment_writes_histograms_and_plan(tmp_path,
         path = tmp_path / 'plots' / name
         assert path.exists() and path.stat().st_size > 5000
         assert name in out
+    # Its own lines only: no initialisation table of every parameter.
+    assert 'torch.Size' not in out and 'Initialized by' not in out
     bad = subprocess.run(
         [sys.executable, 'tools/analysis/plot_alignment.py', config,
          str(work / 'iter_2.pth'), '--image', image, '--layer', 'nope'],

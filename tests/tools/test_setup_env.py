@@ -1,9 +1,11 @@
 """tools/setup_env.sh repairs what it used to report as ready: a venv
 without pip, mmcv whose compiled ops do not import; it checks for a C++
-compiler before the long build; and it does nothing when all is there.
+compiler before the long build; it keeps torchvision only where it works
+with the installed torch; and it does nothing when all is there.
 
 pip never installs for real here: the fake venv's ``python`` runs this
-interpreter but logs ``-m pip install`` calls instead, and the venv without pip
+interpreter but logs ``-m pip install`` / ``uninstall`` calls instead, and
+the venv without pip
 gets an index-less pip that cannot download."""
 import os
 import os.path as osp
@@ -16,24 +18,67 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SETUP = osp.join(ROOT, 'tools', 'setup_env.sh')
 
 
-def fake_venv(tmp_path, broken_ops=False):
-    """A venv whose python is this one, with pip installs logged (and, with
-    ``broken_ops``, an mmcv package whose ops fail to import, as after a
-    torch change)."""
+def shadow_package(tmp_path, module: str, error: str) -> str:
+    """A directory holding package ``module`` (dotted) whose import raises
+    ImportError(error), for PYTHONPATH."""
+    root = tmp_path / 'shadow'
+    parts = module.split('.')
+    for i in range(1, len(parts) + 1):
+        pkg = root.joinpath(*parts[:i])
+        pkg.mkdir(parents=True, exist_ok=True)
+        init = pkg / '__init__.py'
+        if i == len(parts):
+            init.write_text(f'raise ImportError({error!r})\n')
+        elif not init.exists():
+            init.write_text('')
+    return str(root)
+
+
+def torchvision_works() -> bool:
+    try:
+        import torch
+        from torchvision.ops import nms
+        nms(torch.zeros(1, 4), torch.ones(1), 0.5)
+        return True
+    except Exception:
+        return False
+
+
+def torch_pair() -> str:
+    """The installed torch and torchvision, as the set-up stamps them."""
+    import importlib.metadata as md
+
+    def version(name):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return 'none'
+    return f"torch {version('torch')} torchvision {version('torchvision')}"
+
+
+def fake_venv(tmp_path, broken_ops=False, broken_torchvision=False):
+    """A venv whose python is this one, with pip installs and uninstalls
+    logged, not run (and, with ``broken_ops``, an mmcv package whose ops fail
+    to import, as after a torch change; with ``broken_torchvision``, a
+    torchvision built for another torch)."""
     venv, log = tmp_path / 'venv', tmp_path / 'pip.log'
     (venv / 'bin').mkdir(parents=True)
-    extra = ''
+    shadow = None
     if broken_ops:
-        shadow = tmp_path / 'shadow' / 'mmcv' / 'ops'
-        shadow.mkdir(parents=True)
-        (shadow.parent / '__init__.py').write_text('')
-        (shadow / '__init__.py').write_text(
-            "raise ImportError('_ext.so: undefined symbol')\n")
-        extra = f'export PYTHONPATH={tmp_path / "shadow"}\n'
+        shadow = shadow_package(tmp_path, 'mmcv.ops',
+                                '_ext.so: undefined symbol')
+    if broken_torchvision:
+        shadow = shadow_package(tmp_path, 'torchvision',
+                                'operator torchvision::nms does not exist')
+    elif not torchvision_works():
+        # No torchvision works with this torch: as after a try that failed.
+        (venv / '.torchvision-checked').write_text(torch_pair() + '\n')
+    extra = f'export PYTHONPATH={shadow}\n' if shadow else ''
     python = venv / 'bin' / 'python'
     python.write_text(textwrap.dedent(f"""\
         #!/bin/bash
-        if [ "$1" = -m ] && [ "$2" = pip ] && [ "$3" = install ]; then
+        if [ "$1" = -m ] && [ "$2" = pip ] && \\
+            {{ [ "$3" = install ] || [ "$3" = uninstall ]; }}; then
             echo "$*" >> {log}
             exit 0
         fi
@@ -98,3 +143,26 @@ def test_venv_without_pip_is_repaired(tmp_path):
     assert 'has no pip; installing it with ensurepip' in done.stdout
     assert subprocess.run([str(venv / 'bin' / 'python'), '-m', 'pip',
                            '--version'], capture_output=True).returncode == 0
+
+
+def test_torchvision_is_installed_only_where_it_works(tmp_path):
+    with open(osp.join(ROOT, 'requirements', 'torchvision.txt')) as f:
+        pin = [line.strip() for line in f
+               if line.strip() and not line.startswith('#')][0]
+    venv, log = fake_venv(tmp_path, broken_torchvision=True)
+    done = run_setup(venv)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    calls = log.read_text().splitlines()
+    assert any('install' in c and f'--no-deps {pin}' in c
+               for c in calls), calls
+    # The fake install mends nothing: it is removed again, and said so.
+    assert any('uninstall' in c and 'torchvision' in c for c in calls)
+    assert f'no {pin} that works with torch' in out
+    assert 'download.pytorch.org/whl/cpu' in out
+    assert 'environment ready' in out
+    # Not tried again for the same torch.
+    log.unlink()
+    again = run_setup(venv)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert not log.exists()

@@ -21,6 +21,7 @@ sys.path.insert(0, ROOT)
 
 from mmhgw.analysis import flop_analyzer, flop_report  # noqa: E402
 from mmhgw.analysis.tracing import TensorModeModel, check_shape  # noqa
+from mmhgw.config_utils import merge_cfg_options  # noqa: E402
 from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
 
 
@@ -46,8 +47,7 @@ def main(argv=None):
     args = parse_args(argv)
     shape = check_shape(args.shape)
     cfg = load_config_for_test(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    merge_cfg_options(cfg, args.cfg_options)
     scope = cfg.get('default_scope')
     if scope not in ('mmdet', 'mmseg'):
         raise ValueError(f'{args.config}: default_scope must be mmdet or '

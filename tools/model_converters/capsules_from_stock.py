@@ -51,8 +51,10 @@ import torch.nn.functional as F
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))))
 import mmhgw  # noqa: E402,F401  (registration)
+from mmhgw.config_utils import merge_cfg_options  # noqa: E402
 from mmhgw.models import HGWCaps  # noqa: E402
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
+from mmhgw.testing import (build_model_for_test,  # noqa: E402
+                           load_config_for_test, progress)
 
 IMAGE_EXTS = ('.jpg', '.jpeg', '.png', '.bmp')
 #: Name prefix of a norm layer renewed after a capsule layer.
@@ -374,7 +376,6 @@ def fit_site(site: CapsuleSite, inputs: torch.Tensor, steps: int,
     layer and the BN's affine parameters, MSE to the stock output, BN in
     eval mode (an affine map: the fitted function is the one the converted
     model computes), then the BN in closed form again."""
-    from mmengine.utils import ProgressBar
     fit_norm(site, inputs, batch_size, device)
     # Backward keeps the forward's tensors instead of recomputing them: a
     # fitting batch is small, and this halves the time of a step.
@@ -389,20 +390,20 @@ def fit_site(site: CapsuleSite, inputs: torch.Tensor, steps: int,
     optim = torch.optim.Adam(params, lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(optim, steps)
     gen = torch.Generator().manual_seed(seed)
-    bar = ProgressBar(steps)
-    for _ in range(steps):
-        idx = torch.randint(len(inputs), (min(batch_size, len(inputs)), ),
-                            generator=gen)
-        x = inputs[idx].to(device)
-        with torch.no_grad():
-            y = site.teacher(x)
-        loss = F.mse_loss(site.student(x), y)
-        optim.zero_grad()
-        loss.backward()
-        optim.step()
-        sched.step()
-        bar.update()
-    sys.stdout.write('\n')
+    with progress(steps) as step:
+        for _ in range(steps):
+            idx = torch.randint(len(inputs),
+                                (min(batch_size, len(inputs)), ),
+                                generator=gen)
+            x = inputs[idx].to(device)
+            with torch.no_grad():
+                y = site.teacher(x)
+            loss = F.mse_loss(site.student(x), y)
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            sched.step()
+            step()
     if recompute is not None:
         site.caps.recompute = recompute
     fit_norm(site, inputs, batch_size, device)
@@ -411,19 +412,17 @@ def fit_site(site: CapsuleSite, inputs: torch.Tensor, steps: int,
 def capture_inputs(model, forward, sites: List[CapsuleSite], images,
                    normalize, batch_size: int, device) -> Dict[str, list]:
     """Inputs of ``sites`` (running as stock convolutions) over all images."""
-    from mmengine.utils import ProgressBar
     cache = {s.name: [] for s in sites}
     handles = [
         s.conv.register_forward_hook(
             lambda mod, args, out, name=s.name: cache[name].append(
                 args[0].detach().cpu())) for s in sites
     ]
-    bar = ProgressBar((len(images) + batch_size - 1) // batch_size)
-    with torch.no_grad():
+    with torch.no_grad(), progress(
+            (len(images) + batch_size - 1) // batch_size) as step:
         for i in range(0, len(images), batch_size):
             forward(normalize(images[i:i + batch_size]).to(device))
-            bar.update()
-    sys.stdout.write('\n')
+            step()
     for h in handles:
         h.remove()
     return {name: torch.cat(xs) for name, xs in cache.items()}
@@ -448,8 +447,10 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
     torch.manual_seed(seed)
     state = read_state_dict(src)
     cfg = load_config_for_test(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+    try:
+        merge_cfg_options(cfg, cfg_options)
+    except ValueError as e:
+        raise ConvertError(str(e))
     model = build_model_for_test(cfg, init=True)
     sites = [CapsuleSite(model, name, m) for name, m in model.named_modules()
              if isinstance(m, HGWCaps)]
