@@ -99,6 +99,66 @@ def test_report_pairs_seeds_against_hgw(study, tmp_path):
     assert rows['stock'][5].strip() == '9.00 ± 1.41'
     assert rows['hgw'][5].strip() == ''
     assert rows['uniform'][6].strip() == '63.00, 69.00'  # by seed
+    # Paired 95% intervals: to HGW (+3, +3: no spread) and to stock.
+    assert rows['uniform'][7].strip() == '+3.00 [+3.00, +3.00]'
+    assert rows['hgw'][7].strip() == ''
+    low, high = study.confidence_interval([-10.0, -8.0])
+    assert rows['hgw'][8].strip() == f'-9.00 [{low:+.2f}, {high:+.2f}]'
+    # t(0.975, 1 dof) = 12.706: the interval of two values is wide.
+    assert high == pytest.approx(-9 + 12.706 * 2 ** 0.5 / 2 ** 0.5,
+                                 abs=1e-3)
     path = tmp_path / 'chart.png'
     study.bar_chart(['seg'], list(results), {'seg': results}, str(path))
     assert path.stat().st_size > 1000
+
+
+def test_variants_resolve_in_each_family(study):
+    class Args:
+        family = 'crop128'
+    assert study.config_of(Args, 'seg', 'narrow').endswith(
+        'unet-s5-d16-c34_fcn_crop128.py')
+    assert study.config_of(Args, 'seg', 'uniform') == \
+        study.config_of(Args, 'seg', 'hgw')
+    assert 'model.backbone.hgw_cfg.routing=uniform' in \
+        study.VARIANTS['uniform'][2]
+    with pytest.raises(SystemExit, match="no 'det' task"):
+        study.config_of(Args, 'det', 'hgw')
+    Args.family = 'demo'
+    with pytest.raises(SystemExit, match="no 'narrow' model"):
+        study.config_of(Args, 'det', 'narrow')
+
+
+def test_schedule_follows_iters(study):
+    from mmengine.config import Config
+    cfg = Config.fromfile(osp.join(
+        ROOT, 'configs/study/unet-hgwcaps-s5-d16_fcn_crop128.py'))
+    opts = study.schedule_options(cfg, 200)
+    assert 'train_cfg.max_iters=200' in opts
+    assert 'param_scheduler.0.end=200' in opts
+    assert 'default_hooks.checkpoint.interval=200' in opts
+    index = [h['type'] for h in cfg.custom_hooks].index('HGWBetaWarmupHook')
+    assert f'custom_hooks.{index}.warmup_iters=50' in opts
+
+
+def test_results_of_other_settings_are_not_mixed_in(tmp_path):
+    """A finished run made with other settings is refused, not reused."""
+    data = tmp_path / 'data' / 'ISIC2018'
+    make_isic_lesions(str(data), num_train=2, num_val=1, size=(64, 64))
+    (data / '.complete').write_text(DATA_VERSION)
+    work = tmp_path / 'work' / 'seg' / 'stock' / 'seed0'
+    work.mkdir(parents=True)
+    (work / 'result.json').write_text(json.dumps(dict(
+        task='seg', variant='stock', seed=0, iters=60,
+        config='configs/demo/unet-s5-d16_fcn_demo-isic.py', options=[],
+        requested_iters=None, metrics=dict(mIoU=50.0, mDice=60.0),
+        time_per_iter=1.0)))
+    done = subprocess.run(
+        [sys.executable, 'tools/analysis/ablation_study.py',
+         '--variants', 'stock', '--seeds', '0', '--data',
+         str(tmp_path / 'data'), '--work-dir', str(tmp_path / 'work'),
+         '--out', str(tmp_path / 'x.md'), '--image',
+         str(tmp_path / 'x.png'), '--iters', '3'],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    assert 'made with other settings' in done.stderr
+    assert not (tmp_path / 'x.md').exists()

@@ -1,19 +1,27 @@
-"""Side by side, with seeds: stock, HGW routing, uniform routing, the
-paper's ablations A / B / C and the count-based observed structure.
+"""Side by side, with seeds: stock, the stock model narrowed to the
+HGWCaps parameter count, HGW routing, uniform routing, the paper's
+ablations A / B / C, the count-based observed structure and the scope of
+the regulariser E.
 
 Every variant is trained with ``tools/train.py`` and evaluated with
 ``tools/test.py`` (the stock Runner, ``--cfg-options randomness.seed=S``)
-for every seed, on the built-in data: the lesion set (UNet, ISIC-2018
-layout; mIoU / mDice) and, with ``--tasks seg det``, the shapes set (Mask
-R-CNN, COCO layout; bbox / segm mAP). Writes a markdown report (mean +- std
-over seeds, differences to HGW routing paired by seed, parameters, training
-time per iteration) and a bar chart with error bars.
+for every seed: on the built-in data (the lesion set, UNet, ISIC-2018
+layout, mIoU / mDice; with ``--tasks seg det`` also the shapes set, Mask
+R-CNN, COCO layout, bbox / segm mAP), or on any data root of the task's
+layout (``--data-root``, e.g. a real ISIC-2018-layout set, with
+``--family crop128`` for structures a few pixels wide). Variants other
+than the stock ones are the family's HGWCaps config with one capsule
+setting changed (``VARIANTS``). Writes a markdown report (mean +- std over
+seeds; differences paired by seed to HGW routing and to the stock model,
+with 95% confidence intervals; parameters; training time per iteration) and
+a bar chart with error bars.
 
     python tools/analysis/ablation_study.py [--tasks seg [det]]
-        [--seeds 0 1 2] [--variants stock hgw uniform ablA ablB ablC counts]
+        [--seeds 0 1 2] [--variants stock narrow hgw uniform ...]
+        [--family demo|crop128] [--data-root DIR] [--iters N]
         [--work-dir work_dirs/ablations] [--data data/ablations]
         [--out docs/ablations.md] [--image docs/images/ablations.png]
-        [--cfg-options k=v ...] [--rerun]
+        [--title TITLE] [--cfg-options k=v ...] [--rerun]
 
 Finished runs (``result.json`` in their work directory) are reused, so an
 interrupted study continues where it stopped; ``--rerun`` trains anew.
@@ -34,40 +42,91 @@ import time
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-#: Variant -> (description, config of the seg task, config of the det task).
-VARIANTS = {
-    'stock': ('stock model, no capsules',
-              'configs/demo/unet-s5-d16_fcn_demo-isic.py',
-              'configs/demo/mask-rcnn_r50_fpn_demo-shapes.py'),
-    'hgw': ('HGW routing, as the paper',
-            'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py',
-            'configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py'),
+#: Config files of each family: the stock model, the stock model narrowed to
+#: the HGWCaps model's parameter count, and the HGWCaps model, per task.
+#: ``demo``: the demo configs (images resized to 128x128), for the built-in
+#: sets; ``crop128``: UNet trained on 128x128 crops at native resolution and
+#: tested on whole images, for real sets whose structures are a few pixels
+#: wide.
+FAMILIES = {
+    'demo': {
+        'seg': dict(stock='configs/demo/unet-s5-d16_fcn_demo-isic.py',
+                    narrow='configs/demo/unet-s5-d16-c34_fcn_demo-isic.py',
+                    hgw='configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py'),
+        'det': dict(stock='configs/demo/mask-rcnn_r50_fpn_demo-shapes.py',
+                    hgw='configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py'),
+    },
+    'crop128': {
+        'seg': dict(stock='configs/study/unet-s5-d16_fcn_crop128.py',
+                    narrow='configs/study/unet-s5-d16-c34_fcn_crop128.py',
+                    hgw='configs/study/unet-hgwcaps-s5-d16_fcn_crop128.py'),
+    },
 }
-for _tag, _what in (
-        ('uniform', 'uniform routing (plan p q^T, no optimal transport)'),
-        ('ablA', 'A: entropic regulariser H(T) instead of the proximal KL'),
-        ('ablB', 'B: no regulariser E'),
-        ('ablC', 'C: no observed structure, same Wasserstein weight'),
-        ('counts', 'observed structure counted in the input patches')):
-    VARIANTS[_tag] = (
-        _what,
-        f'configs/ablations/unet-hgwcaps-{_tag}-s5-d16_fcn_demo-isic.py',
-        f'configs/ablations/mask-rcnn_hgwcaps-r50-{_tag}_fpn_demo-shapes.py')
+
+_CAPS = 'model.backbone.hgw_cfg.'
+
+#: Variant -> (description, model of the family it starts from, options).
+#: Every variant but the stock ones is the HGWCaps model with one setting
+#: of its capsule layers changed, so that a variant means the same in every
+#: family.
+VARIANTS = {
+    'stock': ('stock model, no capsules', 'stock', []),
+    'narrow': ('stock model narrowed to the HGWCaps parameter count',
+               'narrow', []),
+    'hgw': ('HGW routing, the shipped defaults', 'hgw', []),
+    'uniform': ('uniform routing (plan p q^T, no optimal transport)', 'hgw',
+                [_CAPS + 'routing=uniform']),
+    'ablA': ('A: entropic regulariser H(T) instead of the proximal KL',
+             'hgw', [_CAPS + 'solver_regularizer=entropic']),
+    'ablB': ('B: no regulariser E', 'hgw', [_CAPS + 'reg_weight=0.0']),
+    'ablC': ('C: no observed structure, same Wasserstein weight', 'hgw',
+             [_CAPS + 'ablation=C']),
+    'counts': ('observed structure counted in the input patches', 'hgw',
+               [_CAPS + 'observed=counts']),
+    'reg_layer': ('E trains the capsule layers\' embeddings only', 'hgw',
+                  [_CAPS + 'reg_scope=layer']),
+    'reg_network': ('E also trains every layer before the capsules', 'hgw',
+                    [_CAPS + 'reg_scope=network']),
+    'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw',
+                          [_CAPS + 'routing=uniform',
+                           _CAPS + 'reg_scope=layer']),
+}
 
 TASKS = {
-    'seg': dict(title='UNet s5-d16, lesion set (ISIC-2018 layout)',
-                metrics=[('mIoU', 'mIoU'), ('mDice', 'mDice')],
+    'seg': dict(title='UNet s5-d16', metrics=[('mIoU', 'mIoU'),
+                                              ('mDice', 'mDice')],
                 data='ISIC2018'),
-    'det': dict(title='Mask R-CNN R-50 FPN, shapes set (COCO layout)',
+    'det': dict(title='Mask R-CNN R-50 FPN',
                 metrics=[('bbox mAP', 'coco/bbox_mAP'),
                          ('segm mAP', 'coco/segm_mAP')],
                 data='coco'),
 }
 
 
-def data_options(task, data_root):
-    """``--cfg-options`` pointing a demo config at ``data_root``."""
-    root = osp.join(data_root, TASKS[task]['data'])
+def config_of(args, task, variant):
+    """The config file of ``variant`` in the study's family."""
+    models = FAMILIES[args.family].get(task)
+    if models is None:
+        raise SystemExit(f'family {args.family!r} has no {task!r} task; '
+                         f'it has {sorted(FAMILIES[args.family])}')
+    role = VARIANTS[variant][1]
+    if role not in models:
+        raise SystemExit(f'family {args.family!r} has no {role!r} model for '
+                         f'{task!r} (variant {variant!r}); it has '
+                         f'{sorted(models)}')
+    return models[role]
+
+
+def data_root_of(args, task):
+    """The data of ``task``: ``--data-root`` as given, else the built-in
+    set under ``--data``."""
+    if args.data_root:
+        return args.data_root
+    return osp.join(args.data, TASKS[task]['data'])
+
+
+def data_options(task, root):
+    """``--cfg-options`` pointing a config at the data in ``root``."""
     opts = [f'{loader}.dataset.data_root={root}'
             for loader in ('train_dataloader', 'val_dataloader',
                            'test_dataloader')]
@@ -118,23 +177,54 @@ def iteration_times(work):
     return times[1:] if len(times) > 1 else times
 
 
+def schedule_options(cfg, iters):
+    """``--cfg-options`` giving a config a schedule of ``iters``
+    iterations: the polynomial decay and the beta warm-up (a quarter of the
+    schedule) stretched to it, one checkpoint at the end."""
+    opts = [f'train_cfg.max_iters={iters}',
+            f'default_hooks.checkpoint.interval={iters}']
+    for i, sched in enumerate(cfg.get('param_scheduler') or []):
+        if 'end' in sched:
+            opts.append(f'param_scheduler.{i}.end={iters}')
+    for i, hook in enumerate(cfg.get('custom_hooks') or []):
+        if hook.get('type') == 'HGWBetaWarmupHook':
+            opts.append(f'custom_hooks.{i}.warmup_iters={max(1, iters // 4)}')
+    return opts
+
+
 def train_and_test(task, variant, seed, args):
     """One run; its result dict (metrics, time per iteration)."""
-    config = VARIANTS[variant][1 if task == 'seg' else 2]
+    config = config_of(args, task, variant)
     work = osp.join(args.work_dir, task, variant, f'seed{seed}')
     result_file = osp.join(work, 'result.json')
+    options = (data_options(task, data_root_of(args, task)) +
+               VARIANTS[variant][2] + list(args.cfg_options or []))
     if osp.exists(result_file) and not args.rerun:
         with open(result_file) as f:
-            return json.load(f)
+            result = json.load(f)
+        made_with = (result.get('config'), result.get('options'),
+                     result.get('requested_iters'))
+        if made_with != (config, options, args.iters):
+            raise SystemExit(
+                f'{result_file} was made with other settings (config, '
+                f'options or --iters) than this study asks for; pass '
+                f'--rerun to train again or use another --work-dir')
+        return result
     os.makedirs(work, exist_ok=True)
     start = time.perf_counter()
     from mmengine.config import Config, DictAction
-    options = data_options(task, args.data) + list(args.cfg_options or [])
-    cfg = Config.fromfile(osp.join(ROOT, config))
-    cfg.merge_from_dict({
-        key: DictAction._parse_iterable(value)
-        for key, value in (o.split('=', 1) for o in options)})
-    iters = int(cfg.train_cfg.max_iters)
+    requested = list(options)
+
+    def merged(opts):
+        cfg = Config.fromfile(osp.join(ROOT, config))
+        cfg.merge_from_dict({
+            key: DictAction._parse_iterable(value)
+            for key, value in (o.split('=', 1) for o in opts)})
+        return cfg
+
+    if args.iters:
+        options = schedule_options(merged(options), args.iters) + options
+    iters = int(merged(options).train_cfg.max_iters)
     print(f'{task} {variant:8s} seed {seed}: training {iters} iterations',
           flush=True)
     # One checkpoint at the end, no validation inside the training run:
@@ -156,6 +246,8 @@ def train_and_test(task, variant, seed, args):
         metrics = json.load(f)
     times = iteration_times(work)
     result = dict(task=task, variant=variant, seed=seed, iters=iters,
+                  config=config, options=requested,
+                  requested_iters=args.iters,
                   metrics={name: metrics.get(key) for name, key in
                            TASKS[task]['metrics']},
                   time_per_iter=statistics.fmean(times) if times else None,
@@ -165,10 +257,9 @@ def train_and_test(task, variant, seed, args):
     return result
 
 
-def count_parameters(task, variant):
+def count_parameters(args, task, variant):
     from mmhgw.testing import build_model_for_test, load_config_for_test
-    cfg = load_config_for_test(
-        osp.join(ROOT, VARIANTS[variant][1 if task == 'seg' else 2]))
+    cfg = load_config_for_test(osp.join(ROOT, config_of(args, task, variant)))
     model = build_model_for_test(cfg, init=False)
     return sum(p.numel() for p in model.parameters())
 
@@ -181,10 +272,49 @@ def mean_std(values):
     return statistics.fmean(values), std
 
 
+def paired_differences(runs, reference_runs, metric):
+    """Per-seed differences ``variant - reference`` over the seeds both
+    have."""
+    ref = {r['seed']: r['metrics'][metric] for r in reference_runs}
+    return [r['metrics'][metric] - ref[r['seed']] for r in runs
+            if r['seed'] in ref and r['metrics'][metric] is not None and
+            ref[r['seed']] is not None]
+
+
+def confidence_interval(values, level=0.95):
+    """Student-t interval of the mean of ``values`` (paired differences:
+    one value per seed); None with fewer than two values."""
+    if len(values) < 2:
+        return None
+    from scipy import stats
+    mean = statistics.fmean(values)
+    half = stats.t.ppf((1 + level) / 2, len(values) - 1) * \
+        statistics.stdev(values) / len(values) ** 0.5
+    return mean - half, mean + half
+
+
+def fmt_interval(values, digits=2):
+    """``mean [low, high]`` of paired differences; the verdict is in the
+    sign of the interval (it excludes 0, or not)."""
+    ci = confidence_interval(values)
+    if ci is None:
+        return 'n/a'
+    return (f'{statistics.fmean(values):+.{digits}f} '
+            f'[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]')
+
+
 def fmt(mean, std, digits=2):
     if mean is None:
         return 'n/a'
     return f'{mean:.{digits}f} ± {std:.{digits}f}'
+
+
+#: What ``make ablations`` runs: the paper's ablations and the controls.
+DEFAULT_VARIANTS = ['stock', 'narrow', 'hgw', 'uniform', 'ablA', 'ablB',
+                    'ablC', 'counts']
+
+#: The variants every other is compared with, paired by seed.
+CI_REFERENCES = ('hgw', 'stock')
 
 
 def task_section(task, variants, results, params):
@@ -194,7 +324,8 @@ def task_section(task, variants, results, params):
     names = [name for name, _ in spec['metrics']]
     header = (['variant', 'what', 'params', 'time / iter (s)'] +
               [f'{n} (mean ± std)' for n in names] +
-              [f'{names[0]} - HGW (paired)', f'{names[0]} per seed'])
+              [f'{names[0]} - HGW (paired)', f'{names[0]} per seed'] +
+              [f'{names[0]} - {ref}, 95% CI' for ref in CI_REFERENCES])
     lines = ['| ' + ' | '.join(header) + ' |',
              '|' + '---|' * len(header)]
     by_seed = {v: {r['seed']: r for r in results[v]} for v in variants}
@@ -215,6 +346,10 @@ def task_section(task, variants, results, params):
         cells.append(', '.join(
             f'{r["metrics"][names[0]]:.{digits}f}' for r in
             sorted(runs, key=lambda r: r['seed'])))
+        for ref in CI_REFERENCES:
+            cells.append('' if ref == v or ref not in results else
+                         fmt_interval(paired_differences(
+                             runs, results[ref], names[0]), digits))
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
@@ -260,29 +395,35 @@ NOTES_MARKER = '<!-- notes -->'
 
 def report(args, tasks, results, params, duration):
     seeds = ', '.join(str(s) for s in args.seeds)
-    data = osp.relpath(args.data, ROOT)
+    where = args.data_root or args.data
+    data = osp.relpath(where, ROOT)
     if data.startswith('..'):  # outside the project: as given
-        data = args.data
+        data = where
+    what = 'the data' if args.data_root else 'the built-in data'
     iters = {t: sorted({r['iters'] for v in results[t]
                         for r in results[t][v]}) for t in tasks}
     image_rel = osp.relpath(osp.abspath(args.image),
                             osp.dirname(osp.abspath(args.out)))
     parts = [
-        '# Ablation study\n',
+        f'# {args.title}\n',
         f'Written by `tools/analysis/ablation_study.py` on '
         f'{datetime.date.today().isoformat()} ({duration}). Every '
         f'variant trained with `tools/train.py` and evaluated with '
-        f'`tools/test.py` for seeds {seeds} (`randomness.seed`), on the '
-        f'built-in data in `{data}`, from scratch, on the CPU. Mean ± '
-        f'standard deviation over seeds; "- HGW (paired)" is the mean ± std '
-        f'of the per-seed difference to HGW routing of the same seed. Time '
-        f'per iteration is the Runner\'s logged training time per '
-        f'iteration, the first left out.\n']
+        f'`tools/test.py` for seeds {seeds} (`randomness.seed`), on '
+        f'{what} in `{data}` (config family `{args.family}`), from '
+        f'scratch, on the CPU. Mean ± standard deviation over seeds; '
+        f'"- HGW (paired)" is the mean ± std of the per-seed difference to '
+        f'HGW routing of the same seed; "- X, 95% CI" the mean of the '
+        f'per-seed differences to variant X with its Student-t 95% '
+        f'confidence interval (an interval that excludes 0 is a '
+        f'difference beyond the seed spread). Time per iteration is the '
+        f'Runner\'s logged training time per iteration, the first left '
+        f'out.\n']
     if args.cfg_options:
         parts.append('Options for every run: `' +
                      ' '.join(args.cfg_options) + '`.\n')
     for task in tasks:
-        parts.append(f'## {TASKS[task]["title"]}, '
+        parts.append(f'## {TASKS[task]["title"]}, `{data}`, '
                      f'{"/".join(map(str, iters[task]))} iterations\n')
         parts.append(task_section(task, args.variants, results[task],
                                   params[task]) + '\n')
@@ -294,7 +435,7 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--tasks', nargs='+', default=['seg'],
                         choices=list(TASKS))
-    parser.add_argument('--variants', nargs='+', default=list(VARIANTS),
+    parser.add_argument('--variants', nargs='+', default=DEFAULT_VARIANTS,
                         choices=list(VARIANTS))
     parser.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
     parser.add_argument('--work-dir',
@@ -305,23 +446,46 @@ def parse_args():
                                                   'ablations.md'))
     parser.add_argument('--image', default=osp.join(ROOT, 'docs', 'images',
                                                     'ablations.png'))
+    parser.add_argument('--family', default='demo', choices=list(FAMILIES),
+                        help='config family (see FAMILIES)')
+    parser.add_argument('--data-root',
+                        help='an existing data root in the layout of the '
+                        'task (ISIC-2018 for seg) instead of the built-in '
+                        'set; one task only')
+    parser.add_argument('--iters', type=int,
+                        help='training iterations (schedule, beta warm-up '
+                        'and checkpoint follow); default: the config\'s')
+    parser.add_argument('--title', default='Ablation study',
+                        help='heading of the report')
     parser.add_argument('--cfg-options', nargs='+', default=None,
                         help='key=value options for every train / test run')
     parser.add_argument('--rerun', action='store_true',
                         help='train again even where a result exists')
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.data_root:
+        if len(args.tasks) != 1:
+            parser.error('--data-root serves one task; got --tasks '
+                         f'{" ".join(args.tasks)}')
+        if not osp.isdir(args.data_root):
+            parser.error(f'--data-root {args.data_root} is not a directory')
+        args.data_root = osp.abspath(args.data_root)
+    if args.iters is not None and args.iters < 1:
+        parser.error(f'--iters must be >= 1, got {args.iters}')
+    return args
 
 
 def main():
     args = parse_args()
     args.data = osp.abspath(args.data)
     start = time.perf_counter()
-    ensure_data(args.data, args.tasks)
+    if not args.data_root:
+        ensure_data(args.data, args.tasks)
     results, params = {}, {}
     for task in args.tasks:
         results[task] = {v: [train_and_test(task, v, s, args)
                              for s in args.seeds] for v in args.variants}
-        params[task] = {v: count_parameters(task, v) for v in args.variants}
+        params[task] = {v: count_parameters(args, task, v)
+                        for v in args.variants}
     minutes = (time.perf_counter() - start) / 60
     runs = [r for task in results.values() for rs in task.values()
             for r in rs]
