@@ -51,6 +51,7 @@ import torch.nn.functional as F
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))))
 import mmhgw  # noqa: E402,F401  (registration)
+from mmhgw.engine.checkpoint import load_checkpoint_file  # noqa: E402
 from mmhgw.models import HGWCaps  # noqa: E402
 from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
 
@@ -70,7 +71,7 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
     if not osp.isfile(path):
         raise ConvertError(f'SRC: no such file: {path}')
     try:
-        ckpt = torch.load(path, map_location='cpu', weights_only=False)
+        ckpt = load_checkpoint_file(path, map_location='cpu')
     except Exception as e:  # noqa: BLE001  (any unreadable file)
         raise ConvertError(f'SRC: cannot read {path} as a torch '
                            f'checkpoint ({type(e).__name__}: {e})')
