@@ -169,3 +169,29 @@ def test_malformed_rng_state_is_refused_naming_the_entry(case):
     assert after['python'] == before['python']
     assert torch.equal(after['torch'], before['torch'])
     assert torch.equal(after['numpy']['keys'], before['numpy']['keys'])
+
+
+def test_other_thread_count_is_warned_about():
+    from mmhgw.engine.hooks import RNGStateHook
+
+    class FakeRunner:
+        iter = 3
+        warnings = []
+
+        class logger:
+            @staticmethod
+            def warning(msg):
+                FakeRunner.warnings.append(msg)
+
+    state = get_rng_state()
+    assert state['torch_threads'] == torch.get_num_threads()
+    RNGStateHook().after_load_checkpoint(FakeRunner, dict(
+        meta=dict(iter=3), rng_state=[state]))
+    assert not FakeRunner.warnings
+    state['torch_threads'] = torch.get_num_threads() + 1
+    hook = RNGStateHook()
+    hook.after_load_checkpoint(FakeRunner, dict(meta=dict(iter=3),
+                                                rng_state=[state]))
+    assert f'written with {state["torch_threads"]} torch threads' in \
+        FakeRunner.warnings[0]
+    assert hook._pending is not None  # restored all the same

@@ -17,14 +17,17 @@ CHECKPOINT_KEY = 'rng_state'
 
 def get_rng_state() -> dict:
     """This process's python, numpy, torch (and CUDA) generator states, as
-    plain values and tensors that load under ``weights_only=True``."""
+    plain values and tensors that load under ``weights_only=True``, and its
+    number of torch threads (``torch_threads``: CPU reductions split their
+    sums by thread, so results are bit-identical only at the same count)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = dict(
         python=random.getstate(),
         numpy=dict(kind=str(kind), keys=torch.from_numpy(
             keys.astype(np.int64)), pos=int(pos), has_gauss=int(has_gauss),
                    cached_gaussian=float(gauss)),
-        torch=torch.get_rng_state())
+        torch=torch.get_rng_state(),
+        torch_threads=torch.get_num_threads())
     # Only when CUDA is in use: querying it would initialise it.
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state['cuda'] = torch.cuda.get_rng_state_all()
@@ -236,6 +239,15 @@ class RNGStateHook(Hook):
                 f'{get_world_size()}; they are not restored, so the resumed '
                 f'run is not exactly the uninterrupted one')
             return
+        threads = states[get_rank()].get('torch_threads')
+        if isinstance(threads, int) and threads != torch.get_num_threads():
+            runner.logger.warning(
+                f'{type(self).__name__}: the checkpoint was written with '
+                f'{threads} torch threads, this run uses '
+                f'{torch.get_num_threads()}. CPU reductions split their sums '
+                f'by thread, so the resumed run follows the uninterrupted '
+                f'one to rounding (about 1e-7 relative), not bit for bit; '
+                f'set OMP_NUM_THREADS={threads} for an exact continuation.')
         meta = checkpoint.get('meta') or {}
         self._pending = (meta.get('iter'), meta.get('seed'), states)
 
