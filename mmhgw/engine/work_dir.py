@@ -182,9 +182,9 @@ def _holdings(work_dir: str) -> str:
     return f'{work_dir} holds {shown}'
 
 
-def resume_checkpoint(work_dir: str) -> str:
-    """The checkpoint that resuming in ``work_dir`` continues from, as
-    ``<work_dir>/last_checkpoint`` names it (see the module's rules).
+def latest_checkpoint(work_dir: str) -> str:
+    """The checkpoint ``<work_dir>/last_checkpoint`` names, found by the
+    module's rules (the work dir's own file of that name first).
 
     Raises:
         WorkDirError: naming the file looked for, why it does not do, and
@@ -192,17 +192,14 @@ def resume_checkpoint(work_dir: str) -> str:
     """
     work_dir = osp.abspath(work_dir)
     marker = osp.join(work_dir, LAST_CHECKPOINT)
-    hint = ('Pass the checkpoint to continue from (--resume PATH), or '
-            '--start-fresh to train from scratch.')
     if not osp.isfile(marker):
-        raise WorkDirError(f'nothing to resume: {marker} does not exist '
-                           f'({_holdings(work_dir)}). {hint}')
+        raise WorkDirError(
+            f'{marker} does not exist ({_holdings(work_dir)})')
     with open(marker) as f:
         stored = f.read().strip()
     if not stored:
-        raise WorkDirError(
-            f'nothing to resume: {marker} is empty (an interrupted save?) '
-            f'({_holdings(work_dir)}). {hint}')
+        raise WorkDirError(f'{marker} is empty (an interrupted save?) '
+                           f'({_holdings(work_dir)})')
     stored = osp.expanduser(stored)
     if not osp.isabs(stored):
         candidates = [osp.join(work_dir, stored)]
@@ -212,8 +209,20 @@ def resume_checkpoint(work_dir: str) -> str:
         if osp.isfile(path):
             return path
     raise WorkDirError(
-        f'nothing to resume: {marker} names {stored}, which does not exist '
-        f'(nor does {candidates[0]}; {_holdings(work_dir)}). {hint}')
+        f'{marker} names {stored}, which does not exist (nor does '
+        f'{candidates[0]}; {_holdings(work_dir)})')
+
+
+def resume_checkpoint(work_dir: str) -> str:
+    """:func:`latest_checkpoint`, for resuming: the error says what to do
+    when there is nothing to resume."""
+    try:
+        return latest_checkpoint(work_dir)
+    except WorkDirError as err:
+        raise WorkDirError(
+            f'nothing to resume: {err}. Pass the checkpoint to continue '
+            f'from (--resume PATH), or --start-fresh to train from '
+            f'scratch.') from None
 
 
 def claim_work_dir(cfg, resume: Optional[str] = None,

@@ -13,8 +13,8 @@ import pytest
 from mmengine.config import Config
 
 from mmhgw.engine.work_dir import (LOCK_NAME, WorkDirError, WorkDirLock,
-                                   claim_work_dir, launch_rank,
-                                   resume_checkpoint)
+                                   claim_work_dir, latest_checkpoint,
+                                   launch_rank, resume_checkpoint)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 HOLDER = ('import sys, time\n'
@@ -102,6 +102,16 @@ def test_missing_last_checkpoint_is_refused_naming_what_is_there(tmp_path):
     assert f'{tmp_path}/last_checkpoint does not exist' in message
     assert 'iter_4.pth, iter_2.pth' in message  # newest first
     assert '--start-fresh' in message and '--resume PATH' in message
+
+
+def test_tools_reading_the_latest_checkpoint_get_the_same_rules(tmp_path):
+    write_run(tmp_path / 'a', last=str(tmp_path / 'gone' / 'iter_4.pth'))
+    assert latest_checkpoint(tmp_path / 'a') == \
+        str(tmp_path / 'a' / 'iter_4.pth')
+    with pytest.raises(WorkDirError) as err:
+        latest_checkpoint(tmp_path / 'b')
+    assert 'last_checkpoint does not exist' in str(err.value)
+    assert '--start-fresh' not in str(err.value)  # resume advice only
 
 
 @pytest.mark.parametrize('content', ['', '  \n'])
