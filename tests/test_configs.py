@@ -9,6 +9,7 @@ import torch
 from mmengine.config import Config
 
 import mmhgw  # noqa: F401
+from mmhgw.config_check import check_registry_types
 from mmhgw.models import HGWCaps
 from mmhgw.testing import build_model_for_test, load_config_for_test
 
@@ -40,6 +41,7 @@ def test_configs_found():
                          ids=[osp.relpath(p, ROOT) for p in CONFIGS])
 def test_config_loads_and_builds(path):
     cfg = load_config_for_test(path)
+    check_registry_types(cfg, path)  # every type name is registered
     model = build_model_for_test(cfg)
     has_caps = any(isinstance(m, HGWCaps) for m in model.modules())
     assert has_caps == ('hgwcaps' in osp.basename(path))
@@ -176,6 +178,7 @@ def test_ablation_config_changes_one_capsule_argument_and_builds(path):
     base = Config.fromfile(osp.normpath(osp.join(osp.dirname(path),
                                                  base_rel)))
     cfg = load_config_for_test(path)
+    check_registry_types(cfg, path)
     assert 'hgwcaps' in osp.basename(path) and 'hgwcaps' in base_rel
     expected = dict(base.model.backbone.hgw_cfg, **VARIANTS[tag])
     assert cfg.model.backbone.hgw_cfg == expected

@@ -24,6 +24,7 @@ import time
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from mmhgw.engine.work_dir import latest_checkpoint  # noqa: E402
 from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
 
 DATA = osp.join(ROOT, 'data', 'demo')
@@ -84,8 +85,7 @@ def train_and_test(config, work_root):
                           '--work-dir', work, '--cfg-options',
                           'train_cfg.val_interval=1000000'],
                          osp.join(work, 'train.out'))
-    with open(osp.join(work, 'last_checkpoint')) as f:
-        checkpoint = f.read().strip()
+    checkpoint = latest_checkpoint(work)
     print(f'== {name}: testing {osp.basename(checkpoint)}', flush=True)
     metrics_file = osp.join(work, 'metrics.json')
     test_s = run_logged([sys.executable, 'tools/test.py', config, checkpoint,

@@ -2,16 +2,24 @@
 
 Works for mmdet and mmseg configs alike: the Runner reads ``default_scope``.
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]]
+        [--start-fresh] [--amp]
+
+One run at a time per work dir (a second one refuses to start); ``--resume``
+without a path continues from the work dir's ``last_checkpoint`` or refuses
+to start, naming what it looked for (see ``mmhgw/engine/work_dir.py``).
 """
 import argparse
 
 from mmengine.runner import Runner
 
 import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
+from mmhgw.config_check import check_registry_types
 from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.cpu_dist import finish_distributed, prepare_cpu_distributed
 from mmhgw.engine.preflight import check_weight_sources
+from mmhgw.engine.hooks import CheckpointFitHook
+from mmhgw.engine.work_dir import claim_work_dir
 
 
 def parse_args():
@@ -20,26 +28,33 @@ def parse_args():
     parser.add_argument(
         '--resume', nargs='?', type=str, const='auto',
         help='resume from this checkpoint; without a path, from the latest '
-        'checkpoint in the work dir')
+        'checkpoint in the work dir (refusing to start if there is none)')
+    parser.add_argument(
+        '--start-fresh', action='store_true',
+        help='with --resume: train from scratch when the work dir has no '
+        'checkpoint to resume')
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision training')
     add_runner_args(parser)
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.start_fresh and args.resume is None:
+        parser.error('--start-fresh applies to --resume only')
+    return args
 
 
 def main():
     args = parse_args()
     cfg = config_from_args(args)
     check_weight_sources(cfg)
+    check_registry_types(cfg, args.config)
+    claim_work_dir(cfg, args.resume, args.start_fresh)  # held until exit
     prepare_cpu_distributed(cfg)
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
-    if args.resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
-    elif args.resume is not None:
-        cfg.resume, cfg.load_from = True, args.resume
     runner = Runner.from_cfg(cfg)
+    if cfg.get('resume'):
+        runner.register_hook(CheckpointFitHook(cfg.load_from, 'resume'))
     runner.train()
     finish_distributed()
 

@@ -2,6 +2,8 @@
 import os.path as osp
 from typing import Sequence, Union
 
+import numpy as np
+
 from mmhgw.registry import SEG_DATASETS, SEG_TRANSFORMS
 
 __all__ = []
@@ -15,6 +17,49 @@ IMAGE_SUFFIXES = ('.jpg', '.jpeg')
 
 def _size(shape) -> str:
     return f'{shape[1]}x{shape[0]}'
+
+
+#: The lesion values a binary mask may use (with 0 for background).
+LESION_VALUES = (LESION_VALUE, 1)
+
+
+def binary_lesion_mask(mask: np.ndarray, path: str) -> np.ndarray:
+    """A lesion mask as read from ``path`` (any bit depth), checked and
+    returned as published: uint8, 0 background, 255 lesion.
+
+    Accepted: a single channel (H x W, or H x W x 1) of any integer, bool
+    or float type holding 0 and one lesion value, 255 or 1. Anything else
+    raises ``ValueError`` naming the file and the values found: more
+    channels (an RGB mask), other values (an anti-aliased border of 128, a
+    16-bit mask marking the lesion 256, which a cast to uint8 would turn
+    into background), or both 1 and 255.
+    """
+    if mask.ndim == 3 and mask.shape[2] == 1:
+        mask = mask[..., 0]
+    if mask.ndim != 2:
+        raise ValueError(
+            f'mask {path} has shape {mask.shape}: a single-channel '
+            f'(grayscale) mask of 0 (background) and 255 or 1 (lesion) is '
+            f'expected, not a colour image')
+    if mask.dtype == bool:
+        return mask.astype(np.uint8) * LESION_VALUE
+    lesion = mask != 0
+    values = mask[lesion]
+    if values.size:
+        low, high = values.min(), values.max()
+        if not (low == high and low in LESION_VALUES):
+            found, counts = np.unique(values, return_counts=True)
+            order = np.argsort(-counts)[:6]
+            shown = ', '.join(f'{found[i].item()!r} ({counts[i]} pixels)'
+                              for i in order)
+            more = len(found) - len(order)
+            raise ValueError(
+                f'mask {path} ({mask.dtype}) is not binary: besides 0 it '
+                f'holds {shown}{f" and {more} more values" if more else ""}'
+                f'. Expected 0 (background) and one lesion value, 255 or '
+                f'1; binarise the mask (e.g. lesion where >= half the '
+                f'maximum) before use')
+    return lesion.astype(np.uint8) * LESION_VALUE
 
 
 if SEG_DATASETS is not None:
@@ -46,6 +91,33 @@ if SEG_DATASETS is not None:
                     f'must have the same size')
             return results
 
+    @SEG_TRANSFORMS.register_module()
+    class LoadISICAnnotations(LoadAnnotations):
+        """mmseg's ``LoadAnnotations`` for binary lesion masks: the mask is
+        read at its own bit depth and checked by :func:`binary_lesion_mask`
+        before anything is cast (mmseg casts to uint8 first, so a 16-bit
+        value 256 becomes 0), then mapped by the dataset's ``label_map``
+        as mmseg does."""
+
+        def _load_seg_map(self, results: dict) -> None:
+            path = results['seg_map_path']
+            raw = mmcv.imfrombytes(
+                fileio.get(path, backend_args=self.backend_args),
+                flag='unchanged', backend=self.imdecode_backend)
+            if raw is None:
+                raise ValueError(f'cannot read mask {path}')
+            seg = binary_lesion_mask(raw, path)
+            if self.reduce_zero_label or results.get('reduce_zero_label'):
+                raise ValueError(
+                    'reduce_zero_label does not apply to binary lesion '
+                    'masks: 0 is the background class')
+            label_map = results.get('label_map') or {}
+            mapped = seg.copy()
+            for old_id, new_id in label_map.items():
+                mapped[seg == old_id] = new_id
+            results['gt_seg_map'] = mapped
+            results['seg_fields'].append('gt_seg_map')
+
     @SEG_DATASETS.register_module()
     class ISIC2018Dataset(BaseSegDataset):
         """ISIC-2018 Task 1: dermoscopic ``.jpg`` images and binary masks
@@ -63,8 +135,11 @@ if SEG_DATASETS is not None:
         Bad data fails clearly rather than training quietly: a split
         without images names its folder; a mask whose size differs from
         its image's names both files and sizes (:class:`CheckSegMapSize`,
-        put after every ``LoadAnnotations`` of the pipeline); an unreadable
-        image or mask is named.
+        put after every ``LoadAnnotations`` of the pipeline); a mask that
+        is not binary (values other than 0 and 255 or 1, several channels)
+        names the file and the values (the pipeline's ``LoadAnnotations``
+        become :class:`LoadISICAnnotations`); an unreadable image or mask
+        is named.
 
         Args:
             img_suffix: image suffix, or several; matched in any letter case
@@ -74,6 +149,8 @@ if SEG_DATASETS is not None:
             reduce_zero_label: as mmseg's datasets (no: 0 is background).
             check_mask_size: insert :class:`CheckSegMapSize` after each
                 ``LoadAnnotations`` of the pipeline.
+            check_mask_values: load masks with :class:`LoadISICAnnotations`
+                (replacing mmseg's ``LoadAnnotations`` in the pipeline).
             **kwargs: ``BaseSegDataset``'s arguments.
         """
         METAINFO = dict(classes=('background', 'lesion'),
@@ -84,6 +161,7 @@ if SEG_DATASETS is not None:
                      seg_map_suffix: str = '_segmentation.png',
                      reduce_zero_label: bool = False,
                      check_mask_size: bool = True,
+                     check_mask_values: bool = True,
                      **kwargs):
             suffixes = (img_suffix, ) if isinstance(img_suffix, str) \
                 else tuple(img_suffix)
@@ -95,11 +173,18 @@ if SEG_DATASETS is not None:
             super().__init__(img_suffix=suffixes[0],
                              seg_map_suffix=seg_map_suffix,
                              reduce_zero_label=reduce_zero_label, **kwargs)
-            if check_mask_size:
-                transforms = self.pipeline.transforms
-                for i in reversed(range(len(transforms))):
-                    if isinstance(transforms[i], LoadAnnotations):
-                        transforms.insert(i + 1, CheckSegMapSize())
+            transforms = self.pipeline.transforms
+            for i in reversed(range(len(transforms))):
+                load = transforms[i]
+                if not isinstance(load, LoadAnnotations):
+                    continue
+                if check_mask_values and type(load) is LoadAnnotations:
+                    transforms[i] = LoadISICAnnotations(
+                        reduce_zero_label=load.reduce_zero_label,
+                        backend_args=load.backend_args,
+                        imdecode_backend=load.imdecode_backend)
+                if check_mask_size:
+                    transforms.insert(i + 1, CheckSegMapSize())
 
         @classmethod
         def get_label_map(cls, new_classes=None):
@@ -197,4 +282,5 @@ if SEG_DATASETS is not None:
                             f'{err})') from err
                 raise
 
-    __all__ += ['ISIC2018Dataset', 'CheckSegMapSize']
+    __all__ += ['ISIC2018Dataset', 'CheckSegMapSize',
+                'LoadISICAnnotations']

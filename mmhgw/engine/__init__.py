@@ -1,10 +1,11 @@
-from .checkpoint import allow_mmengine_checkpoints
-from .hooks import (HGWBetaWarmupHook, HGWLossScaleHook, NonFiniteGuardHook,
-                    RankConsistencyHook, RNGStateHook, hgw_modules,
-                    loss_factor)
+from .checkpoint import allow_mmengine_checkpoints, load_checkpoint_file
+from .hooks import (CheckpointFitHook, HGWBetaWarmupHook, HGWLossScaleHook,
+                    NonFiniteGuardHook, RankConsistencyHook, RNGStateHook,
+                    hgw_modules, loss_factor)
 
 __all__ = [
-    'allow_mmengine_checkpoints', 'HGWBetaWarmupHook', 'HGWLossScaleHook',
+    'allow_mmengine_checkpoints', 'load_checkpoint_file',
+    'CheckpointFitHook', 'HGWBetaWarmupHook', 'HGWLossScaleHook',
     'NonFiniteGuardHook', 'RankConsistencyHook', 'RNGStateHook',
     'hgw_modules', 'loss_factor'
 ]

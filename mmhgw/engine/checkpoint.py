@@ -18,10 +18,11 @@ could make every logged mean a max; the pickled name ``HistoryBuffer`` is
 bound to :class:`CheckedHistoryBuffer`, which refuses any state but a
 buffer's own and leaves the table as it is.
 
-Importing mmhgw also makes a checkpoint that cannot be read (empty, text,
-truncated) fail with an error naming the file
-(:func:`checked_local_loader`), wherever mmengine loads one: the Runner's
-``load_from`` / ``resume``, ``load_checkpoint``, the tools.
+Every checkpoint file the project reads goes through one function,
+:func:`load_checkpoint_file` (``weights_only=True`` with this allow-list,
+errors naming the file); importing mmhgw makes it mmengine's loader of local
+files, so the Runner's ``load_from`` / ``resume``, ``load_checkpoint`` and
+``init_cfg`` Pretrained use it too.
 """
 import os.path as osp
 import pickle
@@ -128,7 +129,7 @@ def allow_mmengine_checkpoints():
             torch.serialization.clear_safe_globals()
             add([g for g in current if g is not HistoryBuffer])
         add(mmengine_checkpoint_globals())
-    use_checked_local_loader()
+    use_safe_local_loader()
 
 
 def _head(filename: str) -> bytes:
@@ -160,45 +161,65 @@ def describe_unreadable(filename: str) -> str:
             f'starting {text[:32]!r})')
 
 
-def checked_local_loader(loader):
-    """Wrap mmengine's local checkpoint loader ``loader(filename,
-    map_location)`` so that unreadable files fail naming the file and what
-    is wrong with it (torch alone says ``EOFError`` or ``IndexError``)."""
-
-    def load_from_local(filename, map_location):
-        try:
-            return loader(filename, map_location)
-        except FileNotFoundError:
-            raise
-        except pickle.UnpicklingError as err:
-            # torch's weights_only refusals of a real checkpoint keep their
-            # type and explanation; for anything else its advice (load with
-            # weights_only=False) would mislead.
-            path = osp.expanduser(filename)
-            if not (osp.isfile(path) and looks_like_torch_file(path)):
-                raise RuntimeError(f'cannot load checkpoint {filename}: '
-                                   f'{describe_unreadable(path)}') from err
-            raise pickle.UnpicklingError(
-                f'cannot load checkpoint {filename}: {err}') from err
-        except Exception as err:
-            path = osp.expanduser(filename)
-            if not osp.isfile(path):
-                raise
-            raise RuntimeError(
-                f'cannot load checkpoint {filename}: '
-                f'{describe_unreadable(path)} ({type(err).__name__}: '
-                f'{err})') from err
-
-    load_from_local.mmhgw_checked = True
-    return load_from_local
+def _refusal_reason(err: Exception) -> str:
+    """What torch's weights-only unpickler refused, without its preamble
+    (the advice to retry with ``weights_only=False``) and its link."""
+    parts = [p.strip() for p in str(err).split('\n\n') if p.strip()]
+    kept = [p for p in parts if not p.startswith(
+        ('Weights only load failed', 'Check the documentation'))]
+    return ' '.join(kept) or str(err)
 
 
-def use_checked_local_loader():
-    """Put :func:`checked_local_loader` around mmengine's loader of local
-    files (idempotent)."""
+def load_checkpoint_file(filename: str, map_location=None):
+    """Read the checkpoint file ``filename``: the project's one ``torch.load``.
+
+    ``weights_only=True`` always (whatever torch's default or the
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` environment variable say), with
+    :func:`mmengine_checkpoint_globals` allow-listed: a crafted pickle is
+    refused, a Runner checkpoint loads. A file that cannot be read (empty,
+    text, truncated) fails naming the file and what is wrong with it (torch
+    alone says ``EOFError`` or ``IndexError``). Registered as mmengine's
+    loader of local files, so the Runner's ``load_from`` / ``resume``,
+    ``load_checkpoint`` and ``init_cfg=dict(type='Pretrained')`` read
+    through it; the tools call it directly.
+
+    Args:
+        filename: path of a file written by ``torch.save``.
+        map_location: as ``torch.load``'s.
+    """
+    path = osp.expanduser(filename)
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'checkpoint {filename} can not be found '
+                                f'(no such file)')
+    allow_mmengine_checkpoints()
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's weights_only refusals of a real checkpoint keep their
+        # type and explanation, without its advice to load with
+        # weights_only=False (what a crafted file needs).
+        if not looks_like_torch_file(path):
+            raise RuntimeError(f'cannot load checkpoint {filename}: '
+                               f'{describe_unreadable(path)}') from err
+        reason = _refusal_reason(err)
+        raise pickle.UnpicklingError(
+            f'cannot load checkpoint {filename}: it holds objects that are '
+            f'not allowed in a checkpoint (only tensors, plain values and '
+            f'mmengine\'s logging buffers are): {reason}') from err
+    except Exception as err:
+        raise RuntimeError(
+            f'cannot load checkpoint {filename}: '
+            f'{describe_unreadable(path)} ({type(err).__name__}: '
+            f'{err})') from err
+
+
+def use_safe_local_loader():
+    """Make :func:`load_checkpoint_file` mmengine's loader of local files
+    (idempotent). Remote checkpoints (``http(s)://``, ``torchvision://``,
+    ``open-mmlab://``) are downloaded by mmengine and read by ``torch.load``
+    with torch's default, ``weights_only=True``, under the same
+    allow-list."""
     from mmengine.runner.checkpoint import CheckpointLoader
-    loader = CheckpointLoader._schemes.get('')
-    if loader is None or getattr(loader, 'mmhgw_checked', False):
-        return
-    CheckpointLoader.register_scheme(
-        prefixes='', loader=checked_local_loader(loader), force=True)
+    if CheckpointLoader._schemes.get('') is not load_checkpoint_file:
+        CheckpointLoader.register_scheme(
+            prefixes='', loader=load_checkpoint_file, force=True)

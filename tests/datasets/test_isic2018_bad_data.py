@@ -2,6 +2,7 @@
 trains on misaligned masks, nothing is dropped or kept stale silently."""
 import os
 import os.path as osp
+import shutil
 import subprocess
 import sys
 import time
@@ -141,3 +142,118 @@ def test_converter_fails_on_an_empty_validation_folder(tmp_path):
     assert VAL_DIRS[0] in done.stderr
     # The training split was converted nonetheless.
     assert (tmp_path / 'out/images/train/ISIC_0000000.jpg').exists()
+
+
+def write_mask(root, name, mask):
+    """Replace the mask of pair ``name`` (written by write_pair)."""
+    path = osp.join(root, 'annotations/train', name + '_segmentation.png')
+    os.remove(path)
+    assert mmcv.imwrite(mask, path)
+    return path
+
+
+def lesion_mask(dtype=np.uint8, lesion=255, channels=None):
+    mask = np.zeros((24, 32), dtype)
+    mask[4:12, 6:20] = lesion
+    if channels:
+        mask = np.dstack([mask] * channels)
+    return mask
+
+
+@pytest.mark.parametrize('case,mask,found', [
+    ('anti-aliased border', None, '128 (48 pixels)'),
+    ('16-bit lesion at 256', lesion_mask(np.uint16, 256), '256 (112 pixels)'),
+    ('16-bit full scale', lesion_mask(np.uint16, 65535), '65535'),
+    ('both lesion values', None, '1 (56 pixels), 255 (56 pixels)'),
+    ('RGB', lesion_mask(channels=3), 'has shape (24, 32, 3)'),
+    ('RGBA', lesion_mask(channels=4), 'has shape (24, 32, 4)'),
+])
+def test_non_binary_mask_is_refused_naming_file_and_values(tmp_path, case,
+                                                           mask, found):
+    if case == 'anti-aliased border':
+        mask = lesion_mask()
+        mask[3, 5:21], mask[12, 5:21] = 128, 128
+        mask[4:12, 5], mask[4:12, 20] = 128, 128
+    elif case == 'both lesion values':
+        mask = lesion_mask()
+        mask[4:8, 6:20] = 1
+    write_pair(tmp_path, 'ISIC_0000000')
+    path = write_mask(tmp_path, 'ISIC_0000000', mask)
+    dataset = build(tmp_path)
+    with pytest.raises(ValueError) as err:
+        dataset[0]
+    message = str(err.value)
+    assert f'mask {path}' in message and found in message
+
+
+@pytest.mark.parametrize('dtype,lesion', [
+    (np.uint8, 255), (np.uint8, 1), (np.uint16, 255), (np.uint16, 1)])
+def test_binary_masks_of_any_depth_give_the_lesion_class(tmp_path, dtype,
+                                                         lesion):
+    write_pair(tmp_path, 'ISIC_0000000')
+    write_mask(tmp_path, 'ISIC_0000000', lesion_mask(dtype, lesion))
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
+                dict(type='PackSegInputs')]
+    labels = build(tmp_path, pipeline)[0]['data_samples'].gt_sem_seg.data
+    assert int((labels == 1).sum()) == 8 * 14
+    assert int((labels == 0).sum()) == 24 * 32 - 8 * 14
+
+
+def test_one_bit_mask_is_read(tmp_path):
+    from PIL import Image
+    write_pair(tmp_path, 'ISIC_0000000')
+    path = write_mask(tmp_path, 'ISIC_0000000', lesion_mask())
+    Image.fromarray(lesion_mask() > 0).save(path)  # mode '1'
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
+                dict(type='PackSegInputs')]
+    labels = build(tmp_path, pipeline)[0]['data_samples'].gt_sem_seg.data
+    assert int(labels.sum()) == 8 * 14
+
+
+def pair_names(out, sub, split):
+    folder = out / sub / split
+    return sorted(os.listdir(folder)) if folder.exists() else []
+
+
+@pytest.mark.parametrize('mode', [[], ['--copy']])
+def test_converter_output_mirrors_the_download(tmp_path, mode):
+    dl, out = tmp_path / 'dl', tmp_path / 'out'
+    for i in range(3):
+        write_pair(dl, f'ISIC_000000{i}', dirs=TRAIN_DIRS)
+    write_pair(dl, 'ISIC_0000010', dirs=VAL_DIRS)
+    assert convert(dl, out, *mode).returncode == 0
+    assert len(pair_names(out, 'images', 'train')) == 3
+    # A pair moves from training to validation, another is withdrawn.
+    for src, dst in zip(TRAIN_DIRS, VAL_DIRS):
+        for name in os.listdir(dl / src):
+            if name.startswith('ISIC_0000001'):
+                os.rename(dl / src / name, dl / dst / name)
+            if name.startswith('ISIC_0000002'):
+                os.remove(dl / src / name)
+    (out / 'images/train/notes').mkdir()  # an earlier layout's leftovers
+    done = convert(dl, out, *mode)
+    assert done.returncode == 0, done.stderr
+    assert 'removed 5 files no longer in the download' in done.stdout
+    assert pair_names(out, 'images', 'train') == ['ISIC_0000000.jpg']
+    assert pair_names(out, 'annotations', 'train') == [
+        'ISIC_0000000_segmentation.png']
+    assert pair_names(out, 'images', 'val') == ['ISIC_0000001.jpg',
+                                                'ISIC_0000010.jpg']
+    assert len(build(out)) == 1 and len(build(out, split='val')) == 2
+    # A split gone from the download is gone from the output.
+    shutil.rmtree(dl / VAL_DIRS[0]), shutil.rmtree(dl / VAL_DIRS[1])
+    done = convert(dl, out, *mode)
+    assert done.returncode == 0, done.stderr
+    assert not (out / 'images/val').exists()
+    assert not (out / 'annotations/val').exists()
+
+
+def test_converter_refuses_an_image_in_two_splits(tmp_path):
+    dl = tmp_path / 'dl'
+    write_pair(dl, 'ISIC_0000000', dirs=TRAIN_DIRS)
+    write_pair(dl, 'ISIC_0000001', dirs=TRAIN_DIRS)
+    write_pair(dl, 'ISIC_0000001', dirs=VAL_DIRS)
+    done = convert(dl, tmp_path / 'out')
+    assert done.returncode != 0
+    assert 'ISIC_0000001 in train and val' in done.stderr
+    assert not (tmp_path / 'out').exists()  # nothing written

@@ -128,3 +128,70 @@ def test_world_size_mismatch_warns_and_skips(tmp_path):
         meta=dict(iter=3), rng_state=[get_rng_state()] * 2))
     assert hook._pending is None
     assert 'states of 2 processes' in FakeRunner.warnings[0]
+
+
+def malformed_states():
+    good = get_rng_state()
+    numpy_keys = dict(good['numpy'], keys=7)
+    return {
+        'an int': (5, 'must be a list of per-rank states'),
+        'an int per rank': ([5], r'rng_state\[0\] must be a dict'),
+        'no python state': ([{k: v for k, v in good.items()
+                              if k != 'python'}],
+                            r"rng_state\[0\] lacks the 'python'"),
+        'python state an int': ([dict(good, python=3)],
+                                r'rng_state\[0\]\.python is not'),
+        'numpy keys an int': ([dict(good, numpy=numpy_keys)],
+                              r'rng_state\[0\]\.numpy is not'),
+        'torch state cut short': ([dict(good, torch=good['torch'][:10])],
+                                  r'rng_state\[0\]\.torch is not'),
+        'cuda states floats': ([dict(good, cuda=[torch.zeros(3)])],
+                               r'rng_state\[0\]\.cuda is not'),
+    }
+
+
+@pytest.mark.parametrize('case', list(malformed_states()))
+def test_malformed_rng_state_is_refused_naming_the_entry(case):
+    from mmhgw.engine.hooks import RNGStateHook
+    states, match = malformed_states()[case]
+
+    class FakeRunner:
+        iter = 3
+        _load_from = '/runs/iter_3.pth'
+
+    before = get_rng_state()
+    with pytest.raises(ValueError, match=match) as err:
+        RNGStateHook().after_load_checkpoint(FakeRunner, dict(
+            meta=dict(iter=3), rng_state=states))
+    assert '/runs/iter_3.pth' in str(err.value)
+    # Checking put this process's generators back as they were.
+    after = get_rng_state()
+    assert after['python'] == before['python']
+    assert torch.equal(after['torch'], before['torch'])
+    assert torch.equal(after['numpy']['keys'], before['numpy']['keys'])
+
+
+def test_other_thread_count_is_warned_about():
+    from mmhgw.engine.hooks import RNGStateHook
+
+    class FakeRunner:
+        iter = 3
+        warnings = []
+
+        class logger:
+            @staticmethod
+            def warning(msg):
+                FakeRunner.warnings.append(msg)
+
+    state = get_rng_state()
+    assert state['torch_threads'] == torch.get_num_threads()
+    RNGStateHook().after_load_checkpoint(FakeRunner, dict(
+        meta=dict(iter=3), rng_state=[state]))
+    assert not FakeRunner.warnings
+    state['torch_threads'] = torch.get_num_threads() + 1
+    hook = RNGStateHook()
+    hook.after_load_checkpoint(FakeRunner, dict(meta=dict(iter=3),
+                                                rng_state=[state]))
+    assert f'written with {state["torch_threads"]} torch threads' in \
+        FakeRunner.warnings[0]
+    assert hook._pending is not None  # restored all the same

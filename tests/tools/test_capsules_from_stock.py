@@ -57,7 +57,7 @@ def test_cli_end_to_end_whole_segmentor(setup):
     # Output to a pipe, as to a log file: no progress bar redrawn with
     # carriage returns, no initialisation table of every parameter.
     assert '\r' not in proc.stdout and 'torch.Size' not in proc.stdout
-    ckpt = torch.load(out, map_location='cpu', weights_only=False)
+    ckpt = torch.load(out, map_location='cpu')
     errors = ckpt['meta']['relative_error']
     assert ckpt['meta']['source'] == setup['whole']
     assert ckpt['meta']['scope'] == 'model'
@@ -83,7 +83,7 @@ def test_backbone_checkpoint_loads_through_init_cfg(setup, tmp_path):
     main([setup['backbone'], setup['config'], out, '--images',
           setup['images'], '--num-images', '4', '--img-size', '64', '64',
           '--steps', '2', '--batch-size', '2'])
-    ckpt = torch.load(out, map_location='cpu', weights_only=False)
+    ckpt = torch.load(out, map_location='cpu')
     assert ckpt['meta']['scope'] == 'backbone'
     cfg = load_config_for_test(setup['config'])
     cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint=out)

@@ -235,8 +235,8 @@ def train_and_test(task, variant, seed, args):
          f'default_hooks.checkpoint.interval={iters}',
          'default_hooks.logger.interval=1', *options],
         osp.join(work, 'train.out'))
-    with open(osp.join(work, 'last_checkpoint')) as f:
-        checkpoint = f.read().strip()
+    from mmhgw.engine.work_dir import latest_checkpoint
+    checkpoint = latest_checkpoint(work)
     metrics_file = osp.join(work, 'metrics.json')
     run([sys.executable, 'tools/test.py', config, checkpoint, '--work-dir',
          osp.join(work, 'test'), '--metrics-out', metrics_file,

@@ -52,6 +52,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))))
 import mmhgw  # noqa: E402,F401  (registration)
 from mmhgw.config_utils import merge_cfg_options  # noqa: E402
+from mmhgw.engine.checkpoint import load_checkpoint_file  # noqa: E402
 from mmhgw.models import HGWCaps  # noqa: E402
 from mmhgw.testing import (build_model_for_test,  # noqa: E402
                            load_config_for_test, progress)
@@ -72,7 +73,7 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
     if not osp.isfile(path):
         raise ConvertError(f'SRC: no such file: {path}')
     try:
-        ckpt = torch.load(path, map_location='cpu', weights_only=False)
+        ckpt = load_checkpoint_file(path, map_location='cpu')
     except Exception as e:  # noqa: BLE001  (any unreadable file)
         raise ConvertError(f'SRC: cannot read {path} as a torch '
                            f'checkpoint ({type(e).__name__}: {e})')

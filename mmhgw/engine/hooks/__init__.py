@@ -1,10 +1,12 @@
 from .beta_warmup import HGWBetaWarmupHook, hgw_modules
+from .checkpoint_fit import CheckpointFitHook
 from .loss_scale import HGWLossScaleHook, loss_factor
 from .non_finite_guard import NonFiniteGuardHook
 from .rank_consistency import RankConsistencyHook
 from .rng_state import RNGStateHook
 
 __all__ = [
-    'HGWBetaWarmupHook', 'HGWLossScaleHook', 'NonFiniteGuardHook',
-    'RankConsistencyHook', 'RNGStateHook', 'hgw_modules', 'loss_factor'
+    'CheckpointFitHook', 'HGWBetaWarmupHook', 'HGWLossScaleHook',
+    'NonFiniteGuardHook', 'RankConsistencyHook', 'RNGStateHook',
+    'hgw_modules', 'loss_factor'
 ]

@@ -17,34 +17,98 @@ CHECKPOINT_KEY = 'rng_state'
 
 def get_rng_state() -> dict:
     """This process's python, numpy, torch (and CUDA) generator states, as
-    plain values and tensors that load under ``weights_only=True``."""
+    plain values and tensors that load under ``weights_only=True``, and its
+    number of torch threads (``torch_threads``: CPU reductions split their
+    sums by thread, so results are bit-identical only at the same count)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = dict(
         python=random.getstate(),
         numpy=dict(kind=str(kind), keys=torch.from_numpy(
             keys.astype(np.int64)), pos=int(pos), has_gauss=int(has_gauss),
                    cached_gaussian=float(gauss)),
-        torch=torch.get_rng_state())
+        torch=torch.get_rng_state(),
+        torch_threads=torch.get_num_threads())
     # Only when CUDA is in use: querying it would initialise it.
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state['cuda'] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict):
-    """Restore what :func:`get_rng_state` returned (tensors may come back
-    on a GPU through ``map_location``; generators take CPU tensors)."""
-    version, internal, gauss = state['python']
+def _set_python(state):
+    version, internal, gauss = state
     random.setstate((version, tuple(internal), gauss))
-    np_state = state['numpy']
+
+
+def _set_numpy(state):
     np.random.set_state(
-        (np_state['kind'], np_state['keys'].cpu().numpy().astype(np.uint32),
-         np_state['pos'], np_state['has_gauss'],
-         np_state['cached_gaussian']))
-    torch.set_rng_state(state['torch'].cpu())
-    if 'cuda' in state and torch.cuda.is_available():
-        cuda = [s.cpu() for s in state['cuda']]
+        (state['kind'], state['keys'].cpu().numpy().astype(np.uint32),
+         state['pos'], state['has_gauss'], state['cached_gaussian']))
+
+
+def _set_torch(state):
+    torch.set_rng_state(state.cpu())
+
+
+def _set_cuda(state, apply: bool = True):
+    if not isinstance(state, (list, tuple)) or not all(
+            torch.is_tensor(s) and s.dtype == torch.uint8 for s in state):
+        raise TypeError('expected a list of uint8 tensors, one per device')
+    if apply and torch.cuda.is_available():
+        cuda = [s.cpu() for s in state]
         torch.cuda.set_rng_state_all(cuda[:torch.cuda.device_count()])
+
+
+#: Each generator's entry in a state, and how it is set.
+_SETTERS = (('python', _set_python), ('numpy', _set_numpy),
+            ('torch', _set_torch), ('cuda', _set_cuda))
+
+
+def set_rng_state(state: dict, name: str = CHECKPOINT_KEY,
+                  set_cuda: bool = True):
+    """Restore what :func:`get_rng_state` returned (tensors may come back
+    on a GPU through ``map_location``; generators take CPU tensors).
+
+    A malformed state raises ``ValueError`` naming its entry
+    (``name.numpy`` and so on) and what is wrong with it. ``set_cuda=False``
+    only checks the CUDA states' form (setting them before CUDA is
+    initialised would be queued, and not undone by a later restore).
+    """
+    if not isinstance(state, dict):
+        raise ValueError(f'{name} must be a dict of generator states, got '
+                         f'{type(state).__name__}')
+    for part, setter in _SETTERS:
+        if part not in state:
+            if part == 'cuda':
+                continue
+            raise ValueError(f'{name} lacks the {part!r} generator state')
+        try:
+            if part == 'cuda':
+                setter(state[part], apply=set_cuda)
+            else:
+                setter(state[part])
+        except Exception as err:  # noqa: BLE001  (any malformed value)
+            raise ValueError(
+                f'{name}.{part} is not a {part} generator state as '
+                f'{CHECKPOINT_KEY} stores it ({type(err).__name__}: {err})'
+            ) from err
+
+
+def check_rng_states(states, world_size: int):
+    """Refuse a checkpoint's ``rng_state`` that cannot be restored, naming
+    the entry, before anything of the checkpoint is applied: each rank's
+    state is set once and this process's own state put back."""
+    if not isinstance(states, (list, tuple)):
+        raise ValueError(f'{CHECKPOINT_KEY} must be a list of per-rank '
+                         f'states, got {type(states).__name__}')
+    if len(states) != world_size:
+        return  # not restored (a warning says so)
+    current = get_rng_state()
+    try:
+        for rank, state in enumerate(states):
+            set_rng_state(state, f'{CHECKPOINT_KEY}[{rank}]',
+                          set_cuda=False)
+    finally:
+        set_rng_state(current, set_cuda=False)
 
 
 def reseed_train_data(loop, seed: int) -> bool:
@@ -159,6 +223,15 @@ class RNGStateHook(Hook):
         self._pending = None
         if states is None:
             return
+        try:
+            check_rng_states(states, get_world_size())
+        except ValueError as err:
+            raise ValueError(
+                f'{type(self).__name__}: cannot restore the random states '
+                f'of {getattr(runner, "_load_from", None) or "the checkpoint"}'
+                f': {err}. The checkpoint was not written by this hook (or '
+                f'was altered); resume from another one, or remove its '
+                f'{CHECKPOINT_KEY!r} entry to resume without them.') from err
         if len(states) != get_world_size():
             runner.logger.warning(
                 f'{type(self).__name__}: the checkpoint holds the random '
@@ -166,6 +239,15 @@ class RNGStateHook(Hook):
                 f'{get_world_size()}; they are not restored, so the resumed '
                 f'run is not exactly the uninterrupted one')
             return
+        threads = states[get_rank()].get('torch_threads')
+        if isinstance(threads, int) and threads != torch.get_num_threads():
+            runner.logger.warning(
+                f'{type(self).__name__}: the checkpoint was written with '
+                f'{threads} torch threads, this run uses '
+                f'{torch.get_num_threads()}. CPU reductions split their sums '
+                f'by thread, so the resumed run follows the uninterrupted '
+                f'one to rounding (about 1e-7 relative), not bit for bit; '
+                f'set OMP_NUM_THREADS={threads} for an exact continuation.')
         meta = checkpoint.get('meta') or {}
         self._pending = (meta.get('iter'), meta.get('seed'), states)
 

@@ -578,6 +578,25 @@ class HGWCaps(BaseModule):
             dist, pose = self._route_fused(X_p, row, col, h1, h2)
         return self._output(self._capsules(pose, dist), size), reg, dist
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata,
+                              strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # Every way a checkpoint reaches the layer (load_from, resume,
+        # init_cfg Pretrained, load_state_dict) passes here. A beta outside
+        # [0, 1] makes every output NaN; refuse it, naming the key.
+        key = prefix + 'beta'
+        beta = state_dict.get(key)
+        if torch.is_tensor(beta) and not bool(
+                ((beta >= 0) & (beta <= 1)).all()):
+            raise ValueError(
+                f'checkpoint key {key!r} holds beta = '
+                f'{beta.flatten()[:4].tolist()}: the capsule layer\'s beta '
+                f'must be a finite number in [0, 1]; the checkpoint is '
+                f'corrupt or not of this layer')
+        super()._load_from_state_dict(state_dict, prefix, local_metadata,
+                                      strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
     def _apply(self, fn, recurse=True):
         # The solver's log-domain iterations lose the transport plan in 16
         # bits (wrong plans, NaN at small eps), so the layer's own tensors
