@@ -50,6 +50,8 @@ def warped_pipeline(pipeline, warp: dict) -> list:
 def evaluate(config: str, checkpoint: str, warp: dict, options) -> dict:
     """Test metrics of ``checkpoint`` with ``warp`` in the test pipeline."""
     from mmengine.runner import Runner
+
+    from mmhgw.engine.hooks import CheckpointFitHook
     cfg = Config.fromfile(config)
     if options:
         cfg.merge_from_dict(options)
@@ -60,7 +62,10 @@ def evaluate(config: str, checkpoint: str, warp: dict, options) -> dict:
     cfg.visualizer = dict(type='Visualizer', vis_backends=[])
     with tempfile.TemporaryDirectory() as work_dir:
         cfg.work_dir = work_dir
-        return Runner.from_cfg(cfg).test()
+        runner = Runner.from_cfg(cfg)
+        # No score for a model whose weights did not all load.
+        runner.register_hook(CheckpointFitHook(checkpoint, 'test'))
+        return runner.test()
 
 
 def sweep(models, name: str, values, metric: str, options) -> dict:
