@@ -500,7 +500,8 @@ def main(argv=None):
         if args.python and not problems:
             imported, skipped, failures = import_check(args.dest,
                                                        args.python, image)
-            print(f'imported with {args.python}: {", ".join(imported)}')
+            print(f'imported with {args.python}: '
+                  f'{", ".join(sorted(set(imported)))}')
             if skipped:
                 print(f'not imported here: {", ".join(skipped)}')
             problems += [f'import {f}' for f in failures]
