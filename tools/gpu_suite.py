@@ -1,5 +1,6 @@
-"""The GPU run in one command: install, build, test and measure, each stage
-with its own time limit, every result in one folder.
+"""The GPU run in one command: install, build, test and measure.
+
+Each stage has its own time limit; every result goes into one folder.
 
     python3 tools/gpu_suite.py OUT [--wheelhouse wheelhouse]
         [--work /tmp/mmhgw-gpu] [--budget 540] [--stages A,B] [--skip A,B]
@@ -1087,7 +1088,9 @@ class Suite:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('out', help='folder for gpu_suite.json and logs/')
-    parser.add_argument('--wheelhouse', default=osp.join(ROOT, 'wheelhouse'))
+    parser.add_argument('--wheelhouse', default=osp.join(ROOT, 'wheelhouse'),
+                        help='made by tools/gpu/wheelhouse.py (default: '
+                        'wheelhouse/ in the repository)')
     parser.add_argument('--work', help=f'machine-local folder for the '
                         f'install, the builds, the data and the runs '
                         f'(default: {DEFAULT_WORK}; dry run: OUT/work)')
