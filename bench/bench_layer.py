@@ -2,7 +2,7 @@
 forward+backward time, memory kept for backward (CPU) or peak memory (CUDA).
 
     python bench/bench_layer.py [--device cuda] [--routing hgw]
-        [--backend auto]
+        [--backend auto] [--cases 256x8x14x14,...] [--no-write] [--json FILE]
 """
 import argparse
 import os.path as osp
@@ -13,7 +13,7 @@ import torch.nn as nn
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from bench.common import (markdown_table, median_time, peak_cuda_bytes,  # noqa
-                          saved_for_backward_bytes, write_section)
+                          save_json, saved_for_backward_bytes, write_section)
 from mmhgw.models import HGWCaps  # noqa: E402
 
 CASES = [  # (channels, batch, H, W)
@@ -21,6 +21,21 @@ CASES = [  # (channels, batch, H, W)
     (512, 8, 7, 7),
     (256, 1, 50, 84),
 ]
+
+
+def parse_cases(text):
+    """``'CxBxHxW,...'`` -> ``[(C, B, H, W), ...]``."""
+    cases = []
+    for item in text.split(','):
+        try:
+            case = tuple(int(v) for v in item.lower().split('x'))
+        except ValueError:
+            case = ()
+        if len(case) != 4 or min(case) < 1:
+            raise ValueError(f'--cases must be comma-separated CxBxHxW '
+                             f'(positive integers), got {item!r}')
+        cases.append(case)
+    return cases
 
 
 def params(module):
@@ -47,54 +62,85 @@ def measure(module, x, device, repeats):
     return row
 
 
+def measure_case(channels, batch, H, W, device, routing, backend, repeats):
+    """Parameters and ``measure`` of the convolution and the layer."""
+    torch.manual_seed(0)
+    x = torch.randn(batch, channels, H, W, device=device)
+    conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False).to(device)
+    caps = HGWCaps(channels, channels, 3, padding=1, in_types=32,
+                   out_types=32, routing=routing, backend=backend).to(device)
+    return dict(case=[channels, batch, H, W], conv_params=params(conv),
+                hgw_params=params(caps),
+                conv=measure(conv, x, device, repeats),
+                hgw=measure(caps, x, device, repeats)), caps.solver_cfg
+
+
+def table(results, cuda):
+    mem = 'peak fwd+bwd' if cuda else 'saved for backward'
+    rows = []
+    for r in results:
+        (channels, batch, H, W), c, h = r['case'], r['conv'], r['hgw']
+        rows.append([
+            f'{channels}ch {batch}x{H}x{W}', f'{r["conv_params"]:,}',
+            f'{r["hgw_params"]:,} '
+            f'({r["hgw_params"] / r["conv_params"]:.3f}x)',
+            f'{c[0] * 1e3:.1f}', f'{h[0] * 1e3:.1f} ({h[0] / c[0]:.0f}x)',
+            f'{c[1] * 1e3:.1f}', f'{h[1] * 1e3:.1f} ({h[1] / c[1]:.0f}x)',
+            f'{c[2] / 2**20:.1f}', f'{h[2] / 2**20:.1f} ({h[2] / c[2]:.0f}x)'
+        ])
+    return markdown_table([
+        'case', 'conv params', 'HGW params', 'conv fwd', 'HGW fwd',
+        'conv fwd+bwd', 'HGW fwd+bwd', f'conv {mem} (MiB)',
+        f'HGW {mem} (MiB)'
+    ], rows)
+
+
+def section_body(results, solver_cfg, routing, backend, cuda):
+    """The report text of a run: settings, then :func:`table`."""
+    return (
+        'HGWCaps defaults: 32 input and output capsule types, 8 parts of '
+        f'dim 8 per subcapsule, eps={solver_cfg["eps"]:g}, '
+        f'{solver_cfg["outer_iters"]} proximal steps x '
+        f'{solver_cfg["inner_iters"]} Sinkhorn iterations, envelope '
+        f'gradients, routing={routing}, backend={backend}. Times are '
+        'medians in ms, ratios against the convolution in the same run.\n\n'
+        + table(results, cuda))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--routing', default='hgw')
     parser.add_argument('--backend', default='auto',
                         help="routing kernels: auto, cpp, triton or torch")
+    parser.add_argument('--cases', default=','.join(
+        'x'.join(map(str, c)) for c in CASES),
+        help='comma-separated CxBxHxW (channels, batch, height, width)')
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--no-write', action='store_true')
+    parser.add_argument('--json', help='also write the measurements here')
     args = parser.parse_args()
-
-    rows = []
-    for channels, batch, H, W in CASES:
-        torch.manual_seed(0)
-        x = torch.randn(batch, channels, H, W, device=args.device)
-        conv = nn.Conv2d(channels, channels, 3, padding=1,
-                         bias=False).to(args.device)
-        caps = HGWCaps(channels, channels, 3, padding=1, in_types=32,
-                       out_types=32, routing=args.routing,
-                       backend=args.backend).to(args.device)
-        c = measure(conv, x, args.device, args.repeats)
-        h = measure(caps, x, args.device, args.repeats)
-        rows.append([
-            f'{channels}ch {batch}x{H}x{W}', f'{params(conv):,}',
-            f'{params(caps):,} ({params(caps) / params(conv):.3f}x)',
-            f'{c[0] * 1e3:.1f}', f'{h[0] * 1e3:.1f} ({h[0] / c[0]:.0f}x)',
-            f'{c[1] * 1e3:.1f}', f'{h[1] * 1e3:.1f} ({h[1] / c[1]:.0f}x)',
-            f'{c[2] / 2**20:.1f}', f'{h[2] / 2**20:.1f} ({h[2] / c[2]:.0f}x)'
-        ])
-        print(rows[-1], flush=True)
-    mem = 'peak fwd+bwd' if args.device.startswith('cuda') else \
-        'saved for backward'
-    cfg = caps.solver_cfg
-    body = (
-        'HGWCaps defaults: 32 input and output capsule types, 8 parts of '
-        f'dim 8 per subcapsule, eps={cfg["eps"]:g}, {cfg["outer_iters"]} '
-        f'proximal steps x {cfg["inner_iters"]} Sinkhorn iterations, '
-        f'envelope gradients, routing={args.routing}, backend='
-        f'{args.backend}. Times are medians in ms, ratios against the '
-        'convolution in the same run.\n\n' +
-        markdown_table([
-            'case', 'conv params', 'HGW params', 'conv fwd', 'HGW fwd',
-            'conv fwd+bwd', 'HGW fwd+bwd', f'conv {mem} (MiB)',
-            f'HGW {mem} (MiB)'
-        ], rows))
+    try:
+        cases = parse_cases(args.cases)
+    except ValueError as err:
+        parser.error(str(err))
+    cuda = torch.device(args.device).type == 'cuda'
+    results = []
+    for case in cases:
+        result, solver_cfg = measure_case(*case, args.device, args.routing,
+                                          args.backend, args.repeats)
+        results.append(result)
+        print(result, flush=True)
+    body = section_body(results, solver_cfg, args.routing, args.backend,
+                        cuda)
     print(body)
+    if args.json:
+        save_json(args.json, args.device, results=results,
+                  solver_cfg=solver_cfg, routing=args.routing,
+                  backend=args.backend)
     if not args.no_write:
         key = f'layer-{args.routing}-{args.backend}-' + (
-            'cuda' if args.device.startswith('cuda') else 'cpu')
+            'cuda' if cuda else 'cpu')
         write_section(key, f'HGWCaps layer vs 3x3 convolution ({key})',
                       body, args.device)
 

@@ -17,7 +17,8 @@ tensors (timing runs leave glibc's default, which allocates faster). On a
 GPU, ``torch.cuda.max_memory_allocated`` over the step.
 
     python bench/bench_models.py [--group backbones|mask-rcnn|all]
-        [--device cuda] [--repeats 3] [--batch 1] [--no-write]
+        [--device cuda] [--repeats 3] [--batch 1] [--routings hgw,uniform]
+        [--no-write] [--json FILE]
 """
 import argparse
 import copy
@@ -33,8 +34,8 @@ import torch
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bench.common import (markdown_table, median_time, sync,  # noqa: E402
-                          write_section)
+from bench.common import (markdown_table, median_time, save_json,  # noqa
+                          sync, write_section)
 
 STOCK_MRCNN = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
 HGW_MRCNN = osp.join(ROOT, 'configs/mask_rcnn/'
@@ -246,6 +247,25 @@ def table(results):
     return markdown_table(header, rows)
 
 
+def section(group_name, results, repeats, batch, device):
+    """``(key, title, body)`` of a group's report section."""
+    device = torch.device(device).type
+    sections = {
+        'backbones': ('models-backbones', 'HGWCaps-ResNet vs ResNet '
+                      'backbones, 224x224 (train: batch 2)'),
+        'mask-rcnn': ('models-mask-rcnn' + (
+            f'-b{batch}' if batch > 1 else ''), 'Mask R-CNN '
+            f'HGWCaps-R50 vs R-50 FPN, 800x1333, batch {batch}'),
+    }
+    images = {'backbones': 'inference and FLOPs on one image',
+              'mask-rcnn': f'inference on the batch of {batch}, FLOPs '
+              'on one image'}
+    key, title = sections[group_name]
+    return (f'{key}-{device}', f'{title} ({device})',
+            table(results) + f'\n\nMedian of {repeats} runs; '
+            f'{images[group_name]}.')
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--group', default='all',
@@ -255,7 +275,11 @@ def main():
     parser.add_argument('--batch', type=int, default=1,
                         help='images per Mask R-CNN batch (backbones: '
                         f'{BACKBONE_TRAIN_BATCH} in training, 1 in inference)')
+    parser.add_argument('--routings', default='hgw,uniform',
+                        help='comma-separated routings of the HGWCaps models '
+                        'to measure beside the stock one')
     parser.add_argument('--no-write', action='store_true')
+    parser.add_argument('--json', help='also write the measurements here')
     parser.add_argument('--worker', help=argparse.SUPPRESS)
     parser.add_argument('--measure', default='time',
                         choices=['time', 'memory'], help=argparse.SUPPRESS)
@@ -264,38 +288,36 @@ def main():
         parser.error('--repeats must be >= 1')
     if args.batch < 1:
         parser.error('--batch must be >= 1')
+    routings = args.routings.split(',')
+    known = {spec['routing'] for _, spec in MODELS.values()
+             if 'routing' in spec}
+    if not set(routings) <= known:
+        parser.error(f'--routings: expected some of {sorted(known)}, got '
+                     f'{args.routings!r}')
     if args.worker:
         print(json.dumps(worker(args.worker, args.device, args.repeats,
                                 args.measure, args.batch)))
         return
 
-    sections = {
-        'backbones': ('models-backbones', 'HGWCaps-ResNet vs ResNet '
-                      'backbones, 224x224 (train: batch 2)'),
-        'mask-rcnn': ('models-mask-rcnn' + (
-            f'-b{args.batch}' if args.batch > 1 else ''), 'Mask R-CNN '
-            f'HGWCaps-R50 vs R-50 FPN, 800x1333, batch {args.batch}'),
-    }
-    images = {'backbones': 'inference and FLOPs on one image',
-              'mask-rcnn': f'inference on the batch of {args.batch}, FLOPs '
-              'on one image'}
+    groups = {}
     for group_name in (GROUPS if args.group == 'all' else [args.group]):
         results = []
-        for name, (group, _) in MODELS.items():
-            if group in GROUPS[group_name]:
+        for name, (group, spec) in MODELS.items():
+            if group in GROUPS[group_name] and spec.get(
+                    'routing', routings[0]) in routings:
                 print(f'measuring {name} ...', flush=True)
                 batch = args.batch if group_name == 'mask-rcnn' else 1
                 results.append(measure_model(name, args.device,
                                              args.repeats, batch))
-        text = table(results)
-        print(text)
+        groups[group_name] = results
+        key, title, body = section(group_name, results, args.repeats,
+                                   args.batch, args.device)
+        print(body)
         if not args.no_write:
-            key, title = sections[group_name]
-            device = torch.device(args.device).type
-            write_section(f'{key}-{device}', f'{title} ({device})',
-                          text + f'\n\nMedian of {args.repeats} runs; '
-                          f'{images[group_name]}.',
-                          device=args.device)
+            write_section(key, title, body, device=args.device)
+    if args.json:
+        save_json(args.json, args.device, groups=groups,
+                  repeats=args.repeats, batch=args.batch)
 
 
 if __name__ == '__main__':

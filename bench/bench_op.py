@@ -11,7 +11,8 @@ and forward plus backward of the sum of the outputs. On CUDA the times are
 they are medians of ``--repeats`` runs.
 
     python bench/bench_op.py [--device cuda] [--backends triton,torch]
-        [--batches 1,2] [--repeats 5] [--no-write]
+        [--batches 1,2] [--feature-map 50x84] [--repeats 5] [--no-write]
+        [--json FILE]
 """
 import argparse
 import os.path as osp
@@ -22,7 +23,8 @@ from torch import nn
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bench.common import markdown_table, median_time, write_section  # noqa
+from bench.common import (markdown_table, median_time, save_json,  # noqa
+                          write_section)
 
 from mmhgw.ops import hgw_routing  # noqa: E402
 from mmhgw.testing import routing_inputs  # noqa: E402
@@ -30,6 +32,17 @@ from mmhgw.testing import routing_inputs  # noqa: E402
 H, W, CHANNELS = 50, 84, 256
 IN_TYPES, OUT_TYPES, PARTS, DIM = 32, 32, 8, 8
 SOLVER = dict(eps=1e-2, outer_iters=3, inner_iters=10)
+
+
+def parse_feature_map(text):
+    """``'HxW'`` -> ``(H, W)``."""
+    try:
+        h, w = (int(v) for v in text.lower().split('x'))
+    except ValueError:
+        raise ValueError(f'--feature-map must be HxW, got {text!r}') from None
+    if h < 1 or w < 1:
+        raise ValueError(f'--feature-map must be positive, got {text!r}')
+    return h, w
 
 
 def layer_inputs(locations, device, seed=0):
@@ -56,8 +69,8 @@ def timer(device, repeats):
     return measure
 
 
-def measure_op(backend, batch, device, measure):
-    *inputs, pose_weight = layer_inputs(batch * H * W, device)
+def measure_op(backend, batch, device, measure, shape=(H, W)):
+    *inputs, pose_weight = layer_inputs(batch * shape[0] * shape[1], device)
     options = dict(SOLVER, backend=backend, pose_weight=pose_weight)
     leaves = [t.clone().requires_grad_() for t in inputs]
 
@@ -79,9 +92,10 @@ def measure_op(backend, batch, device, measure):
     return times, peak
 
 
-def measure_conv(batch, device, measure):
+def measure_conv(batch, device, measure, shape=(H, W)):
     conv = nn.Conv2d(CHANNELS, CHANNELS, 3, padding=1, bias=False).to(device)
-    x = torch.randn(batch, CHANNELS, H, W, device=device, requires_grad=True)
+    x = torch.randn(batch, CHANNELS, *shape, device=device,
+                    requires_grad=True)
 
     def forward():
         with torch.no_grad():
@@ -90,13 +104,14 @@ def measure_conv(batch, device, measure):
     return measure(forward), measure(lambda: conv(x).sum().backward())
 
 
-def table(rows):
+def table(rows, shape=(H, W)):
     """``rows``: (batch, backend, (fwd, fwd_bwd), peak, (conv_fwd,
     conv_fwd_bwd)) in seconds and bytes."""
     lines = []
     for batch, backend, (fwd, both), peak, (cf, cb) in rows:
         lines.append([
-            f'{batch}x{H}x{W}', backend, f'{fwd * 1e3:.2f} ({fwd / cf:.0f}x)',
+            f'{batch}x{shape[0]}x{shape[1]}', backend,
+            f'{fwd * 1e3:.2f} ({fwd / cf:.0f}x)',
             f'{both * 1e3:.2f} ({both / cb:.0f}x)',
             '-' if peak is None else f'{peak / 2**20:.0f}',
             f'{cf * 1e3:.3f}', f'{cb * 1e3:.3f}'
@@ -108,6 +123,18 @@ def table(rows):
     ], lines)
 
 
+def section_body(rows, shape=(H, W), cuda=False):
+    """The report text of a run: settings, then :func:`table`."""
+    timer = ('`triton.testing.do_bench` medians' if cuda else 'Medians')
+    return (f'`hgw_routing` with the pose map at a 256-channel capsule layer '
+            f'({IN_TYPES} input types of dim {DIM}, {OUT_TYPES} output types '
+            f'of {PARTS} parts, eps={SOLVER["eps"]:g}, '
+            f'{SOLVER["outer_iters"]}x{SOLVER["inner_iters"]} iterations, '
+            'float32) against the 3x3 convolution on the same feature map. '
+            f'{timer}; ratios against the convolution of the same run.\n\n'
+            + table(rows, shape))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu')
@@ -116,8 +143,12 @@ def main():
                         'CUDA, cpp,torch on the CPU')
     parser.add_argument('--batches', default='1',
                         help='comma-separated images per feature map')
+    parser.add_argument('--feature-map', default=f'{H}x{W}',
+                        help='HxW of the feature map (default: stage 3 of '
+                        'Mask R-CNN at 800x1333)')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--no-write', action='store_true')
+    parser.add_argument('--json', help='also write the measurements here')
     args = parser.parse_args()
     cuda = torch.device(args.device).type == 'cuda'
     backends = (args.backends or ('triton,torch' if cuda else 'cpp,torch'))
@@ -126,22 +157,23 @@ def main():
     except ValueError:
         parser.error(f'--batches must be comma-separated integers, got '
                      f'{args.batches!r}')
+    try:
+        shape = parse_feature_map(args.feature_map)
+    except ValueError as err:
+        parser.error(str(err))
     measure = timer(args.device, args.repeats)
     rows = []
     for batch in batches:
-        conv = measure_conv(batch, args.device, measure)
+        conv = measure_conv(batch, args.device, measure, shape)
         for backend in backends.split(','):
-            times, peak = measure_op(backend, batch, args.device, measure)
+            times, peak = measure_op(backend, batch, args.device, measure,
+                                     shape)
             rows.append((batch, backend, times, peak, conv))
             print(rows[-1], flush=True)
-    body = (f'`hgw_routing` with the pose map at a 256-channel capsule layer '
-            f'({IN_TYPES} input types of dim {DIM}, {OUT_TYPES} output types '
-            f'of {PARTS} parts, eps={SOLVER["eps"]:g}, '
-            f'{SOLVER["outer_iters"]}x{SOLVER["inner_iters"]} iterations, '
-            'float32) against the 3x3 convolution on the same feature map. '
-            'Medians; ratios against the convolution of the same run.\n\n' +
-            table(rows))
+    body = section_body(rows, shape, cuda)
     print(body)
+    if args.json:
+        save_json(args.json, args.device, rows=rows, feature_map=shape)
     if not args.no_write:
         key = 'routing-op-' + ('cuda' if cuda else 'cpu')
         write_section(key, f'Routing op vs 3x3 convolution ({key})', body,

@@ -1,5 +1,6 @@
 """Helpers shared by the benchmark scripts: timing, memory, report sections."""
 import datetime
+import json
 import os
 import platform
 import re
@@ -80,14 +81,33 @@ def markdown_table(header, rows):
     return '\n'.join(lines)
 
 
-def write_section(key, title, body, device='cpu'):
-    """Replace (or append) the section ``key`` of docs/benchmarks.md."""
-    command = 'python ' + ' '.join(sys.argv)
-    stamp = datetime.date.today().isoformat()
+def run_info(device='cpu'):
+    """Where and how a measurement was taken: the command, the machine and
+    the date, as the report sections print them."""
+    return dict(command='python ' + ' '.join(sys.argv),
+                machine=machine(device),
+                date=datetime.date.today().isoformat())
+
+
+def save_json(path, device, **results):
+    """Write ``results`` with :func:`run_info` to ``path`` (``--json``)."""
+    with open(path, 'w') as f:
+        json.dump(dict(run_info(device), **results), f, indent=1)
+    print(f'wrote {path}')
+
+
+def write_section(key, title, body, device='cpu', info=None, doc=DOC):
+    """Replace (or append) the section ``key`` of ``doc``
+    (docs/benchmarks.md); ``info`` (:func:`run_info` of another run, with
+    ``via``: the command that ran that one, if any) replaces this run's
+    command, machine and date."""
+    info = info or run_info(device)
+    via = f' (run by `{info["via"]}`)' if info.get('via') else ''
     section = (f'<!-- {key}:begin -->\n## {title}\n\n'
-               f'Command: `{command}`  \nMachine: {machine(device)}  \n'
-               f'Date: {stamp}\n\n{body}\n<!-- {key}:end -->')
-    text = open(DOC).read() if os.path.exists(DOC) else \
+               f'Command: `{info["command"]}`{via}  \n'
+               f'Machine: {info["machine"]}  \n'
+               f'Date: {info["date"]}\n\n{body}\n<!-- {key}:end -->')
+    text = open(doc).read() if os.path.exists(doc) else \
         '# Benchmarks\n\nEach section is written by the script it names.\n'
     pattern = re.compile(f'<!-- {re.escape(key)}:begin -->.*?'
                          f'<!-- {re.escape(key)}:end -->', re.S)
@@ -95,7 +115,7 @@ def write_section(key, title, body, device='cpu'):
         text = pattern.sub(lambda _: section, text)
     else:
         text = text.rstrip('\n') + '\n\n' + section + '\n'
-    os.makedirs(os.path.dirname(DOC), exist_ok=True)
-    with open(DOC, 'w') as f:
+    os.makedirs(os.path.dirname(os.path.abspath(doc)), exist_ok=True)
+    with open(doc, 'w') as f:
         f.write(text)
-    print(f'wrote section {key!r} of {DOC}')
+    print(f'wrote section {key!r} of {doc}')
