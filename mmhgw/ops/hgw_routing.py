@@ -157,7 +157,7 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
     V_p, V_q = X_p.shape[1], X_q.shape[1]
     K = cross_cost(X_p, X_q)
     terms = GWTerms(row[:, None, :, None] + col[None, :, None, :],
-                    h1.unsqueeze(1), h2.transpose(-1, -2))
+                    h1.unsqueeze(1), h2.transpose(-1, -2).unsqueeze(0))
     if routing == 'hgw':
         p = K.new_full((V_p, ), 1.0 / V_p)
         q = K.new_full((V_q, ), 1.0 / V_q)
@@ -383,6 +383,23 @@ def _routing_backward_fake(grad_dist, grad_parts, X_p, X_q, h1, h2, row,
     parts = (torch.empty_like(grad_parts) if want_parts else
              X_p.new_empty(0))
     return grads + (parts, )
+
+
+def hgw_routing_decomposition(X_p, X_q, h1, h2, row, col, beta, pose_weight,
+                              eps, outer_iters, inner_iters, regularizer,
+                              routing, backend):
+    """``mmhgw::hgw_routing`` in standard ATen operations (same arguments
+    and outputs): :func:`hgw_routing_reference` on all locations at once,
+    then the pose map. For graph exports that cannot hold the custom op
+    (ONNX), e.g. ``ExportedProgram.run_decompositions({op: this})``; it
+    materialises the plans, [..., N, V_p, V_q]."""
+    lead, N = X_p.shape[:-2], X_q.shape[0]
+    dist, parts = hgw_routing_reference(
+        *_kernel_layout(X_p, X_q, h1, h2, row, col), beta, eps=eps,
+        outer_iters=outer_iters, inner_iters=inner_iters,
+        regularizer=regularizer, routing=routing, chunk_entries=None)
+    out = parts if pose_weight is None else _poses(parts, pose_weight)
+    return dist.reshape(*lead, N), out.reshape(*lead, *out.shape[1:])
 
 
 def _setup_context(ctx, inputs, output):
