@@ -25,6 +25,19 @@ registers or a small workspace and write nothing of size
 ``M x N x V_p x V_q``. Every backend owns its backward, the envelope
 gradient (exact at a converged plan): the plan is solved again in backward
 and held fixed, so nothing plan-sized is kept between forward and backward.
+
+The op is the ``torch.library`` custom op ``mmhgw::hgw_routing`` (its
+backward the custom op ``mmhgw::hgw_routing_backward``), with a fake kernel:
+``torch.compile`` (no graph break), ``torch.export`` and ``torch.jit.trace``
+record one node that runs the fused kernels, and FLOP counters find it by
+name (:mod:`mmhgw.analysis.flops`). For ONNX, which cannot hold it, it is
+decomposed into the reference (:func:`hgw_routing_decomposition`).
+
+Numerics, the same on every backend: the squared embedding distances are
+taken on embeddings scaled by powers of two (exact; finite for embeddings
+whose squares overflow); a problem with a NaN or infinite input gets a NaN
+plan, hence NaN outputs and gradients (:func:`poisoned_problems`); the op
+is once differentiable (double backward raises an error naming it).
 """
 import math
 import os
@@ -137,8 +150,9 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
     the distance (Eq. 21) and the parts are then differentiable functions
     of the inputs at that fixed plan, so autograd through this function is
     the envelope gradient. A problem with a non-finite input gets a NaN
-    plan (:func:`poisoned_problems`). Materialises [M, N, V_p, V_q]
-    tensors: use it on few locations, or through :func:`hgw_routing`.
+    plan and a NaN gradient in each of its inputs
+    (:func:`poisoned_problems`). Materialises [M, N, V_p, V_q] tensors: use
+    it on few locations, or through :func:`hgw_routing`.
 
     Args:
         X_p: [M, V_p, d] components. X_q: [N, V_q, d] subcapsules.
