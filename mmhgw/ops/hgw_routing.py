@@ -327,7 +327,7 @@ def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
     """``(dist [..., N], parts [..., N, V_q, d] or poses [..., N, O])``;
     inputs as :func:`hgw_routing` (one dtype, float32 or float64; ``beta``
     a 0-dim tensor)."""
-    lead, (V_p, d) = X_p.shape[:-2], X_p.shape[-2:]
+    lead, d = X_p.shape[:-2], X_p.shape[-1]
     N, V_q, _ = X_q.shape
     options = _options(eps, outer_iters, inner_iters, regularizer, routing)
     if X_p.numel() == 0:
