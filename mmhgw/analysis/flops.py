@@ -18,10 +18,18 @@ ResNet and an HGWCaps-ResNet are counted alike:
 products broadcast one operand over subcapsules or locations, and
 mmengine's ``matmul`` handle counts only the first operand's batch; its
 ``einsum`` handle also allocates (lazily) arrays of the operand shapes.
+
+The routing op ``mmhgw::hgw_routing`` is one node of a traced graph; its
+handle (:func:`hgw_routing_flops`) counts the operations of its
+specification, :func:`mmhgw.ops.hgw_routing_reference`, by the rules above,
+per operator kind. Importing mmhgw registers that handle with mmengine's
+analyzers (:func:`register_with_mmengine`), so the upstream tools (mmdet's
+and mmseg's ``get_flops``, ``get_model_complexity_info``) count the op too.
 """
+import functools
 import math
 from collections import Counter
-from typing import Any, Dict, List, NamedTuple, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -32,12 +40,14 @@ ELEMENTWISE_OPS = tuple(f'aten::{name}{suffix}' for name in (
     'add', 'sub', 'rsub', 'mul', 'div', 'neg', 'exp', 'expm1', 'log', 'log1p',
     'sqrt', 'rsqrt', 'reciprocal', 'pow', 'clamp', 'clamp_min', 'clamp_max',
     'relu', 'sigmoid', 'tanh', 'abs', 'square', 'maximum', 'minimum', 'where',
-    'softplus', 'gelu', 'silu', 'hardtanh', 'leaky_relu', 'sign')
+    'softplus', 'gelu', 'silu', 'hardtanh', 'leaky_relu', 'sign', 'log2',
+    'exp2', 'floor')
     for suffix in ('', '_'))
 
 REDUCTION_OPS = tuple(f'aten::{name}' for name in (
     'sum', 'mean', 'amax', 'amin', 'max', 'min', 'logsumexp', 'softmax',
-    'log_softmax', 'norm', 'linalg_vector_norm', 'var', 'std', 'prod'))
+    'log_softmax', 'norm', 'linalg_vector_norm', 'var', 'std', 'prod', 'all',
+    'any'))
 
 #: Ops that move or create data without arithmetic: counted as zero so that
 #: the unsupported-op warnings name only ops that may matter.
@@ -50,7 +60,9 @@ ZERO_COST_OPS = tuple(f'aten::{name}' for name in (
     'new_ones', 'new_zeros', 'zeros', 'ones', 'stack', 'cat', 'repeat',
     'eye', 'bitwise_not', 'logical_not', 'ne', 'lt', 'le', 'gt', 'ge', 'eq',
     'masked_fill', 'index', 'gather', 'topk', 'sort', 'argmax', 'nonzero',
-    'detach', 'alias', 'resolve_conj', 'resolve_neg'))
+    'detach', 'alias', 'resolve_conj', 'resolve_neg', 'isfinite', 'isnan',
+    'isinf', '__or__', '__and__', 'bitwise_or', 'bitwise_and',
+    'logical_or', 'logical_and'))
 
 #: Op kinds, as FlopAnalyzer names them in ``by_operator``, whose count is
 #: multiply-adds of a product.
@@ -115,6 +127,10 @@ def einsum_flops(inputs: List[Any], outputs: List[Any]) -> float:
     return _numel(list(sizes.values())) * _numel(_broadcast(*ellipses))
 
 
+#: The routing op's name in traced graphs.
+ROUTING_OP = 'mmhgw::hgw_routing'
+
+
 def hgw_op_handles() -> Dict[str, Any]:
     """Handles to pass to ``FlopAnalyzer.set_op_handle``."""
     handles = {op: elementwise_flops for op in ELEMENTWISE_OPS}
@@ -122,8 +138,88 @@ def hgw_op_handles() -> Dict[str, Any]:
     handles.update({op: zero_flops for op in ZERO_COST_OPS})
     handles.update({'aten::einsum': einsum_flops,
                     'aten::matmul': matmul_flops,
-                    'aten::mm': matmul_flops})
+                    'aten::mm': matmul_flops,
+                    ROUTING_OP: hgw_routing_flops})
     return handles
+
+
+class _Specification(nn.Module):
+    """The routing op's composition in plain torch: the reference on all
+    locations at once, then the pose map."""
+
+    def __init__(self, options: dict, with_pose_map: bool):
+        super().__init__()
+        self.options = options
+        self.with_pose_map = with_pose_map
+
+    def forward(self, *inputs):
+        from mmhgw.ops.hgw_routing import _poses, hgw_routing_reference
+        dist, parts = hgw_routing_reference(*inputs[:7], chunk_entries=None,
+                                            **self.options)
+        return dist, (_poses(parts, inputs[7]) if self.with_pose_map else
+                      parts)
+
+
+@functools.lru_cache(maxsize=None)
+def _bilinear_counts(V_p: int, V_q: int, d: int, O: Optional[int],
+                     options: Tuple) -> Dict[str, Tuple[float, ...]]:
+    """Per operator kind, ``(c, c_M, c_N, c_MN)`` with the count of the
+    specification on M locations and N types ``c + c_M M + c_N N +
+    c_MN M N``: every operation of it is per problem, per location, per
+    type or once, so four traces at M, N in {1, 2} give it exactly."""
+    corners = {}
+    for M, N in ((1, 1), (2, 1), (1, 2), (2, 2)):
+        inputs = [torch.ones(M, V_p, d), torch.ones(N, V_q, d),
+                  torch.ones(M, V_p, V_p), torch.ones(N, V_q, V_q),
+                  torch.ones(M, V_p), torch.ones(N, V_q), torch.tensor(0.5),
+                  torch.ones(N, V_q * d, O or 1)]
+        analyzer = FlopAnalyzer(_Specification(dict(options), O is not None),
+                                tuple(inputs))
+        analyzer.set_op_handle(**{k: v for k, v in hgw_op_handles().items()
+                                  if k != ROUTING_OP})
+        analyzer.unsupported_ops_warnings(False)
+        analyzer.uncalled_modules_warnings(False)
+        with torch.no_grad():
+            corners[M, N] = analyzer.by_operator()
+    counts = {}
+    for kind in set().union(*corners.values()):
+        c11, c21, c12, c22 = (corners[k].get(kind, 0)
+                              for k in ((1, 1), (2, 1), (1, 2), (2, 2)))
+        c_MN = c22 - c21 - c12 + c11
+        c_M, c_N = c21 - c11 - c_MN, c12 - c11 - c_MN
+        counts[kind] = (c11 - c_M - c_N - c_MN, c_M, c_N, c_MN)
+    return counts
+
+
+def hgw_routing_flops(inputs: List[Any], outputs: List[Any]) -> Counter:
+    """FLOPs of one ``mmhgw::hgw_routing`` node, per operator kind: those
+    of :func:`mmhgw.ops.hgw_routing_reference` (and the pose map) at the
+    node's shapes and options, by this module's rules. The fused kernels
+    perform the same operations without the reference's temporaries."""
+    X_p, X_q = get_shape(inputs[0]), get_shape(inputs[1])
+    pose = inputs[7]
+    O = None if pose.type().kind() == 'NoneType' else get_shape(pose)[2]
+    eps, outer, inner, regularizer, routing = (
+        v.toIValue() for v in inputs[8:13])
+    options = (('eps', eps), ('outer_iters', outer), ('inner_iters', inner),
+               ('regularizer', regularizer), ('routing', routing))
+    M, N = _numel(X_p[:-2]), X_q[0]
+    counts = _bilinear_counts(X_p[-2], X_q[1], X_p[-1], O, options)
+    return Counter({kind: c + c_M * M + c_N * N + c_MN * M * N
+                    for kind, (c, c_M, c_N, c_MN) in counts.items()})
+
+
+def register_with_mmengine() -> None:
+    """Add the routing op's handle to the defaults of mmengine's
+    FlopAnalyzer and ActivationAnalyzer (its activations: the output
+    elements), so that tools that build their own analyzers count it
+    (mmengine keeps these defaults in module-level tables)."""
+    from mmengine.analysis import complexity_analysis
+    from mmengine.analysis.jit_handles import generic_activation_jit
+    complexity_analysis._DEFAULT_SUPPORTED_FLOP_OPS.setdefault(
+        ROUTING_OP, hgw_routing_flops)
+    complexity_analysis._DEFAULT_SUPPORTED_ACT_OPS.setdefault(
+        ROUTING_OP, generic_activation_jit())
 
 
 def flop_analyzer(model: nn.Module, inputs) -> FlopAnalyzer:

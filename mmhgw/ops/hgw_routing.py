@@ -25,6 +25,19 @@ registers or a small workspace and write nothing of size
 ``M x N x V_p x V_q``. Every backend owns its backward, the envelope
 gradient (exact at a converged plan): the plan is solved again in backward
 and held fixed, so nothing plan-sized is kept between forward and backward.
+
+The op is the ``torch.library`` custom op ``mmhgw::hgw_routing`` (its
+backward the custom op ``mmhgw::hgw_routing_backward``), with a fake kernel:
+``torch.compile`` (no graph break), ``torch.export`` and ``torch.jit.trace``
+record one node that runs the fused kernels, and FLOP counters find it by
+name (:mod:`mmhgw.analysis.flops`). For ONNX, which cannot hold it, it is
+decomposed into the reference (:func:`hgw_routing_decomposition`).
+
+Numerics, the same on every backend: the squared embedding distances are
+taken on embeddings scaled by powers of two (exact; finite for embeddings
+whose squares overflow); a problem with a NaN or infinite input gets a NaN
+plan, hence NaN outputs and gradients (:func:`poisoned_problems`); the op
+is once differentiable (double backward raises an error naming it).
 """
 import math
 import os
@@ -34,8 +47,9 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from mmhgw.ot.hgw import (CPU_CHUNK_ENTRIES, GWTerms, REGULARIZERS,
-                          bound_distance, hgw_value, plan_from_terms)
+from mmhgw.ot.hgw import (CPU_CHUNK_ENTRIES, GWTerms, bound_distance,
+                          check_solver_options, hgw_value, plan_from_terms,
+                          power_of_two_scale, scaled_squared_distance)
 
 BACKENDS = ('auto', 'torch', 'cpp', 'triton')
 ROUTINGS = ('hgw', 'uniform')
@@ -72,14 +86,54 @@ def triton_available() -> bool:
 def cross_cost(X_p: Tensor, X_q: Tensor) -> Tensor:
     """``K[m, n] = 1 - exp(-|X_p[m, i] - X_q[n, j]|^2 / d)`` [M, N, V_p, V_q]
     (:func:`mmhgw.ot.bound_distance` with floor 0: the cross cost is never
-    logged), by one matrix product."""
+    logged), by one matrix product of the embeddings scaled by
+    :func:`mmhgw.ot.power_of_two_scale` (exact; no overflow for large
+    embeddings, see :func:`mmhgw.ot.scaled_squared_distance`)."""
     M, V_p, d = X_p.shape
     N, V_q, _ = X_q.shape
+    a, b = power_of_two_scale(X_p), power_of_two_scale(X_q)
+    X_p, X_q = X_p / a, X_q / b
     dot = (X_p.reshape(-1, d) @ X_q.reshape(-1, d).T).view(
         M, V_p, N, V_q).transpose(1, 2)
-    sq = (X_p.pow(2).sum(-1).view(M, 1, V_p, 1) +
-          X_q.pow(2).sum(-1).view(1, N, 1, V_q) - 2 * dot)
+    sq = scaled_squared_distance(X_p.pow(2).sum(-1).view(M, 1, V_p, 1),
+                                 X_q.pow(2).sum(-1).view(1, N, 1, V_q), dot,
+                                 a.view(M, 1, 1, 1), b.view(1, N, 1, 1))
     return bound_distance(sq, d, floor=0.0)
+
+
+def _non_finite(*tensors: Tensor) -> Tensor:
+    """[M]: whether row m of any of ``tensors`` (leading dim M) holds a
+    non-finite entry."""
+    finite = [torch.isfinite(t).flatten(1).all(1) for t in tensors]
+    return ~torch.stack(finite).all(0)
+
+
+def poisoned_problems(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
+                      row: Tensor, col: Tensor,
+                      beta: Union[float, Tensor]) -> Tensor:
+    """[M, N]: the problems (m, n) with a NaN or infinite input (flattened
+    shapes, as :func:`hgw_routing_reference`). Every backend gives these a
+    NaN plan, hence NaN distances, parts and gradients, whatever the
+    arithmetic of the non-finite values would make of them."""
+    bad = (_non_finite(X_p, h1, row)[:, None] |
+           _non_finite(X_q, h2, col)[None, :])
+    if torch.is_tensor(beta):
+        return bad | ~torch.isfinite(beta).reshape(())
+    return bad | (not math.isfinite(beta))
+
+
+def _nan_where_poisoned(bad: Tensor, X_p, X_q, h1, h2, row, col,
+                        beta) -> Tensor:
+    """[M, N]: NaN for the poisoned problems ``bad``, 0 elsewhere, with a
+    gradient that is NaN in every input of a poisoned problem and 0 in the
+    others (the distance's own gradient would mask some: the cross cost's
+    clamp passes none where a squared distance is NaN)."""
+    def zeros(t):
+        return (t * 0).flatten(1).sum(1)
+
+    z = ((zeros(X_p) + zeros(h1) + zeros(row))[:, None] +
+         (zeros(X_q) + zeros(h2) + zeros(col))[None, :] + beta * 0)
+    return torch.where(bad, math.nan, 0.0) * z
 
 
 def hgw_routing_reference(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
@@ -87,14 +141,18 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
                                                                 Tensor], *,
                           eps: float, outer_iters: int, inner_iters: int,
                           regularizer: str = 'proximal',
-                          routing: str = 'hgw') -> Tuple[Tensor, Tensor]:
+                          routing: str = 'hgw',
+                          chunk_entries: Union[int, str, None] = 'auto'
+                          ) -> Tuple[Tensor, Tensor]:
     """The specification of the op in plain torch (flattened shapes).
 
     The plan comes from :func:`mmhgw.ot.plan_from_terms` without autograd;
     the distance (Eq. 21) and the parts are then differentiable functions
     of the inputs at that fixed plan, so autograd through this function is
-    the envelope gradient. Materialises [M, N, V_p, V_q] tensors: use it
-    on few locations, or through :func:`hgw_routing`.
+    the envelope gradient. A problem with a non-finite input gets a NaN
+    plan and a NaN gradient in each of its inputs
+    (:func:`poisoned_problems`). Materialises [M, N, V_p, V_q] tensors: use
+    it on few locations, or through :func:`hgw_routing`.
 
     Args:
         X_p: [M, V_p, d] components. X_q: [N, V_q, d] subcapsules.
@@ -104,6 +162,8 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
         eps, outer_iters, inner_iters, regularizer: as
             :func:`mmhgw.ot.hgw_distance`.
         routing: ``'hgw'``, or ``'uniform'`` (plan ``p q^T``, no solve).
+        chunk_entries: as :func:`mmhgw.ot.plan_from_terms` (None: one
+            solve over all problems, e.g. for a graph export).
 
     Returns:
         ``(distance [M, N], parts [M, N, V_q, d])``.
@@ -111,7 +171,7 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
     V_p, V_q = X_p.shape[1], X_q.shape[1]
     K = cross_cost(X_p, X_q)
     terms = GWTerms(row[:, None, :, None] + col[None, :, None, :],
-                    h1.unsqueeze(1), h2.transpose(-1, -2))
+                    h1.unsqueeze(1), h2.transpose(-1, -2).unsqueeze(0))
     if routing == 'hgw':
         p = K.new_full((V_p, ), 1.0 / V_p)
         q = K.new_full((V_q, ), 1.0 / V_q)
@@ -120,10 +180,14 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
                 GWTerms(*(t.detach() for t in terms)), K.detach(),
                 beta.detach() if torch.is_tensor(beta) else beta, p, q,
                 eps=eps, outer_iters=outer_iters, inner_iters=inner_iters,
-                regularizer=regularizer)
+                regularizer=regularizer, chunk_entries=chunk_entries)
     else:
         T = K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
-    distance = hgw_value(terms, K, T, beta)
+    with torch.no_grad():
+        bad = poisoned_problems(X_p, X_q, h1, h2, row, col, beta)
+        T = torch.where(bad[:, :, None, None], math.nan, T)
+    distance = hgw_value(terms, K, T, beta) + _nan_where_poisoned(
+        bad, X_p, X_q, h1, h2, row, col, beta)
     # Columns of the plan sum to 1 / V_q, hence the factor V_q.
     parts = V_q * torch.einsum('mnpq,mpd->mnqd', T, X_p)
     return distance, parts
@@ -161,18 +225,15 @@ class _TorchKernels:
         parts = (X_p.new_empty(X_p.shape[0], N, V_q, X_q.shape[2])
                  if want_parts else None)
         for s in _location_chunks(X_p.shape[0], N, X_p.shape[1], V_q):
-            with torch.enable_grad():
-                inputs = [t.detach().requires_grad_() for t in (
-                    X_p[s], X_q, h1[s], h2, row[s], col, beta)]
-                dist, chunk_parts = hgw_routing_reference(*inputs, **options)
-                chunk = torch.autograd.grad(
-                    (dist, chunk_parts), inputs, (grad_dist[s], grad_parts[s]),
-                    allow_unused=True)
+            # torch.func, not torch.autograd: this runs inside the op's
+            # backward kernel, below the autograd dispatch.
+            (_, chunk_parts), vjp = torch.func.vjp(
+                lambda *inputs: hgw_routing_reference(*inputs, **options),
+                X_p[s], X_q, h1[s], h2, row[s], col, beta)
+            chunk = vjp((grad_dist[s], grad_parts[s]))
             if want_parts:
-                parts[s] = chunk_parts.detach()
+                parts[s] = chunk_parts
             for i, g in enumerate(chunk):
-                if g is None:
-                    continue
                 if i in (0, 2, 4):  # per-location inputs
                     grads[i][s] += g
                 else:
@@ -193,14 +254,13 @@ class _CppKernels:
     @staticmethod
     def forward(X_p, X_q, h1, h2, row, col, beta, options):
         return tuple(_ext.hgw_routing_forward(X_p, X_q, h1, h2, row, col,
-                                              float(beta),
-                                              *_kernel_args(options)))
+                                              beta, *_kernel_args(options)))
 
     @staticmethod
     def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
                  options, want_parts):
         out = _ext.hgw_routing_backward(grad_dist, grad_parts, X_p, X_q, h1,
-                                        h2, row, col, float(beta),
+                                        h2, row, col, beta,
                                         *_kernel_args(options), want_parts)
         grads = (*out[:6], out[6].to(beta.dtype).view_as(beta))
         return grads, out[7] if want_parts else None
@@ -228,8 +288,8 @@ KERNELS = dict(torch=_TorchKernels, cpp=_CppKernels, triton=_TritonKernels)
 
 
 def _poses(parts: Tensor, pose_weight: Tensor) -> Tensor:
-    """``parts.flatten(-2) @ pose_weight[n]`` per type n: [M, N, O]."""
-    return torch.einsum('mnk,nko->mno', parts.flatten(-2), pose_weight)
+    """``parts.flatten(-2) @ pose_weight[n]`` per type n: [..., N, O]."""
+    return torch.einsum('...nk,nko->...no', parts.flatten(-2), pose_weight)
 
 
 def _kernel_layout(X_p, X_q, h1, h2, row, col):
@@ -241,56 +301,170 @@ def _kernel_layout(X_p, X_q, h1, h2, row, col):
             row.reshape(-1, V_p).contiguous(), col.contiguous())
 
 
-class _Routing(torch.autograd.Function):
-    """The op on one backend's kernels. Forward keeps only the inputs;
-    backward solves the plans again and takes the envelope gradient there,
-    so nothing plan-sized lives between the two. With a pose map the parts
-    are mapped at once and dropped: backward gets them back from the plans
-    it solves anyway (they are 8x a 256-channel layer's output)."""
+def _options(eps, outer_iters, inner_iters, regularizer, routing):
+    return dict(eps=eps, outer_iters=outer_iters, inner_iters=inner_iters,
+                regularizer=regularizer, routing=routing)
 
-    @staticmethod
-    def forward(ctx, X_p, X_q, h1, h2, row, col, beta, pose_weight, kernels,
-                options):
-        ctx.kernels, ctx.options = kernels, options
-        # The caller's tensors are kept, not the kernels' flat copies: the
-        # layer's components are a permuted view of its embedding, whose
-        # storage autograd keeps anyway (a copy would be one more
-        # layer-output-sized tensor per capsule layer).
-        ctx.save_for_backward(X_p, X_q, h1, h2, row, col, beta, pose_weight)
-        dist, parts = kernels.forward(*_kernel_layout(X_p, X_q, h1, h2, row,
-                                                      col), beta, options)
-        if pose_weight is None:
-            return dist, parts
-        return dist, _poses(parts, pose_weight)
 
-    @staticmethod
-    def backward(ctx, grad_dist, grad_out):
-        saved = ctx.saved_tensors
-        X_p, X_q, h1, h2, row, col = _kernel_layout(*saved[:6])
-        beta, pose_weight = saved[6:]
-        N, V_q, d = X_q.shape
-        M = X_p.shape[0]
-        # Upstream gradients as the kernels read them: contiguous, zeros for
-        # an output that received none.
-        grad_dist = (X_p.new_zeros(M, N) if grad_dist is None else
-                     grad_dist.contiguous())
-        if grad_out is None:
-            grad_parts = X_p.new_zeros(M, N, V_q, d)
-        elif pose_weight is None:
-            grad_parts = grad_out.contiguous()
-        else:
-            grad_parts = torch.einsum('mno,nko->mnk', grad_out,
-                                      pose_weight).reshape(
-                                          M, N, V_q, d).contiguous()
-        want_parts = (pose_weight is not None and grad_out is not None and
-                      ctx.needs_input_grad[7])
-        grads, parts = ctx.kernels.backward(grad_dist, grad_parts, X_p, X_q,
-                                            h1, h2, row, col, beta,
-                                            ctx.options, want_parts)
-        grad_pose_weight = (torch.einsum('mnk,mno->nko', parts.flatten(-2),
-                                         grad_out) if want_parts else None)
-        grads = [g.reshape(t.shape) for g, t in zip(grads, saved)]
-        return (*grads, grad_pose_weight, None, None)
+# --------------------------------------------------- the operator mmhgw::*
+# The op is a torch.library custom op: eager calls, torch.compile,
+# torch.export and torch.jit.trace all see one opaque node that runs the
+# fused kernels, with a fake kernel for shapes and a registered backward.
+# Its backward is a second custom op (the envelope gradient, which solves
+# the plans again), whose own backward raises: the op is once
+# differentiable. Inputs keep the caller's leading dims [...] of X_p (the
+# layer's components are a permuted view of its embedding; a flattened
+# copy would be one more layer-output-sized tensor kept for backward).
+OP_NAME = 'mmhgw::hgw_routing'
+
+
+@torch.library.custom_op(OP_NAME, mutates_args=())
+def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
+                row: Tensor, col: Tensor, beta: Tensor,
+                pose_weight: Optional[Tensor], eps: float, outer_iters: int,
+                inner_iters: int, regularizer: str, routing: str,
+                backend: str) -> Tuple[Tensor, Tensor]:
+    """``(dist [..., N], parts [..., N, V_q, d] or poses [..., N, O])``;
+    inputs as :func:`hgw_routing` (one dtype, float32 or float64; ``beta``
+    a 0-dim tensor)."""
+    lead, d = X_p.shape[:-2], X_p.shape[-1]
+    N, V_q, _ = X_q.shape
+    options = _options(eps, outer_iters, inner_iters, regularizer, routing)
+    if X_p.numel() == 0:
+        dist = X_p.new_zeros(0, N)
+        parts = X_p.new_zeros(0, N, V_q, d)
+    else:
+        kernels = KERNELS[resolve_backend(backend, X_p.device)]
+        dist, parts = kernels.forward(
+            *_kernel_layout(X_p, X_q, h1, h2, row, col), beta, options)
+    out = parts if pose_weight is None else _poses(parts, pose_weight)
+    return dist.view(*lead, N), out.view(*lead, *out.shape[1:])
+
+
+@_routing_op.register_fake
+def _routing_fake(X_p, X_q, h1, h2, row, col, beta, pose_weight, eps,
+                  outer_iters, inner_iters, regularizer, routing, backend):
+    lead, d = X_p.shape[:-2], X_p.shape[-1]
+    N, V_q, _ = X_q.shape
+    M = math.prod(lead)
+    parts = X_p.new_empty(M, N, V_q, d)
+    # The poses in the layout the einsum gives them.
+    out = parts if pose_weight is None else _poses(parts, pose_weight)
+    return (X_p.new_empty(M, N).view(*lead, N),
+            out.view(*lead, *out.shape[1:]))
+
+
+@torch.library.custom_op('mmhgw::hgw_routing_backward', mutates_args=())
+def _routing_backward_op(
+        grad_dist: Tensor, grad_parts: Tensor, X_p: Tensor, X_q: Tensor,
+        h1: Tensor, h2: Tensor, row: Tensor, col: Tensor, beta: Tensor,
+        eps: float, outer_iters: int, inner_iters: int, regularizer: str,
+        routing: str, backend: str, want_parts: bool
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The envelope gradient ``(dX_p, dX_q, dh1, dh2, drow, dcol, dbeta,
+    parts)`` of :func:`_routing_op` for upstream gradients ``grad_dist``
+    [..., N] and ``grad_parts`` [..., N, V_q, d], each in its input's
+    shape; ``parts`` are those at the plans solved again (empty unless
+    ``want_parts``)."""
+    inputs = (X_p, X_q, h1, h2, row, col, beta)
+    N, V_q, d = X_q.shape
+    if X_p.numel() == 0:
+        grads = [torch.zeros_like(t) for t in inputs]
+        parts = X_p.new_zeros(*X_p.shape[:-2], N, V_q, d)
+    else:
+        flat = _kernel_layout(X_p, X_q, h1, h2, row, col)
+        M = flat[0].shape[0]
+        kernels = KERNELS[resolve_backend(backend, X_p.device)]
+        grads, parts = kernels.backward(
+            grad_dist.reshape(M, N).contiguous(),
+            grad_parts.reshape(M, N, V_q, d).contiguous(), *flat, beta,
+            _options(eps, outer_iters, inner_iters, regularizer, routing),
+            want_parts)
+        grads = [g.reshape(t.shape) for g, t in zip(grads, inputs)]
+    if want_parts:
+        parts = parts.view(*X_p.shape[:-2], N, V_q, d)
+    else:
+        parts = X_p.new_empty(0)
+    return tuple(grads) + (parts, )
+
+
+@_routing_backward_op.register_fake
+def _routing_backward_fake(grad_dist, grad_parts, X_p, X_q, h1, h2, row,
+                           col, beta, eps, outer_iters, inner_iters,
+                           regularizer, routing, backend, want_parts):
+    grads = tuple(torch.empty_like(t) for t in (X_p, X_q, h1, h2, row, col,
+                                                beta))
+    parts = (torch.empty_like(grad_parts) if want_parts else
+             X_p.new_empty(0))
+    return grads + (parts, )
+
+
+def hgw_routing_decomposition(X_p, X_q, h1, h2, row, col, beta, pose_weight,
+                              eps, outer_iters, inner_iters, regularizer,
+                              routing, backend):
+    """``mmhgw::hgw_routing`` in standard ATen operations (same arguments
+    and outputs): :func:`hgw_routing_reference` on all locations at once,
+    then the pose map. For graph exports that cannot hold the custom op
+    (ONNX), e.g. ``ExportedProgram.run_decompositions({op: this})``; it
+    materialises the plans, [..., N, V_p, V_q]."""
+    lead, N = X_p.shape[:-2], X_q.shape[0]
+    dist, parts = hgw_routing_reference(
+        *_kernel_layout(X_p, X_q, h1, h2, row, col), beta, eps=eps,
+        outer_iters=outer_iters, inner_iters=inner_iters,
+        regularizer=regularizer, routing=routing, chunk_entries=None)
+    out = parts if pose_weight is None else _poses(parts, pose_weight)
+    return dist.reshape(*lead, N), out.reshape(*lead, *out.shape[1:])
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:8])
+    ctx.options = inputs[8:]
+
+
+def _backward(ctx, grad_dist, grad_out):
+    """Upstream gradients as the kernels read them (zeros for an output
+    that received none; through the pose map), the kernels' envelope
+    gradient, and the pose map's gradient from the parts at the plans
+    solved again (the forward kept none)."""
+    X_p, X_q, h1, h2, row, col, beta, pose_weight = ctx.saved_tensors
+    lead = X_p.shape[:-2]
+    N, V_q, d = X_q.shape
+    if grad_dist is None:
+        grad_dist = X_p.new_zeros(*lead, N)
+    if grad_out is None:
+        grad_parts = X_p.new_zeros(*lead, N, V_q, d)
+    elif pose_weight is None:
+        grad_parts = grad_out
+    else:
+        grad_parts = torch.einsum('...no,nko->...nk', grad_out,
+                                  pose_weight).reshape(*lead, N, V_q, d)
+    want_parts = (pose_weight is not None and grad_out is not None
+                  and ctx.needs_input_grad[7])
+    *grads, parts = torch.ops.mmhgw.hgw_routing_backward(
+        grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
+        *ctx.options, want_parts)
+    grad_pose_weight = None
+    if want_parts:
+        grad_pose_weight = torch.einsum('...nk,...no->nko',
+                                        parts.flatten(-2), grad_out)
+    return (*grads, grad_pose_weight) + (None, ) * len(ctx.options)
+
+
+_routing_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError(
+        f'{OP_NAME} is once differentiable: its backward (the envelope '
+        f'gradient at the plans solved again) has no gradient of its own, '
+        f'so second-order gradients (double backward, gradient penalties) '
+        f'through the HGW routing are not supported')
+
+
+torch.library.register_autograd('mmhgw::hgw_routing_backward',
+                                _no_double_backward,
+                                setup_context=lambda ctx, inputs, output:
+                                None)
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -341,19 +515,15 @@ def resolve_backend(backend: str, device: torch.device) -> str:
 
 
 def _check(X_p, X_q, h1, h2, row, col, beta, eps, outer_iters, inner_iters,
-           regularizer, routing, pose_weight):
+           regularizer, routing, backend, pose_weight):
     if routing not in ROUTINGS:
         raise ValueError(f'routing must be one of {ROUTINGS}, got '
                          f'{routing!r}')
-    if regularizer not in REGULARIZERS:
-        raise ValueError(f'regularizer must be one of {REGULARIZERS}, got '
-                         f'{regularizer!r}')
-    for name, value in (('outer_iters', outer_iters),
-                        ('inner_iters', inner_iters)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f'{name} must be a positive int, got {value!r}')
-    if not (isinstance(eps, (int, float)) and 0 < eps < math.inf):
-        raise ValueError(f'eps must be a positive finite number, got {eps!r}')
+    if backend not in BACKENDS:
+        raise ValueError(f'backend must be one of {BACKENDS}, got '
+                         f'{backend!r}')
+    check_solver_options(eps=eps, outer_iters=outer_iters,
+                         inner_iters=inner_iters, regularizer=regularizer)
     if X_p.dim() < 2 or X_q.dim() != 3:
         raise ValueError(f'X_p must be [..., V_p, d] and X_q [N, V_q, d], '
                          f'got {tuple(X_p.shape)} and {tuple(X_q.shape)}')
@@ -397,17 +567,22 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
                 pose_weight: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """HGW distances and barycentric parts of every (location, type) pair.
 
+    Runs the custom op ``mmhgw::hgw_routing`` (one node under
+    ``torch.compile``, ``torch.export`` and ``torch.jit.trace``).
+
     Args:
         X_p: [..., V_p, d] components, one set per location.
         X_q: [N, V_q, d] subcapsules, one per output type.
         h1: [..., V_p, V_p], row: [..., V_p] per location; h2: [N, V_q, V_q],
             col: [N, V_q] per output type: the factors of
             :func:`mmhgw.ot.gw_factors` for ``C_p`` and ``C_q``.
-        beta: weight of the cross cost (Eq. 21).
+        beta: weight of the cross cost (Eq. 21), a number or a one-element
+            tensor (kept a tensor: no host synchronisation).
         eps, outer_iters, inner_iters, regularizer: the solver (see
-            :func:`mmhgw.ot.hgw_distance`).
+            :func:`mmhgw.ot.hgw_distance`; ``eps >= mmhgw.ot.MIN_EPS``).
         routing: ``'hgw'``, or ``'uniform'`` (plan ``p q^T``).
-        backend: ``'auto'``, ``'torch'``, ``'cpp'`` or ``'triton'``.
+        backend: ``'auto'``, ``'torch'``, ``'cpp'`` or ``'triton'``
+            (resolved where the op runs, see :func:`resolve_backend`).
         pose_weight: optional [N, V_q * d, O], a linear map per type: the
             op then returns the poses ``parts.flatten(-2) @ pose_weight[n]``
             [..., N, O] instead of the parts, and keeps no parts for
@@ -415,16 +590,18 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
 
     Numerics: float32 and float64 run as given; 16-bit inputs are solved in
     float32 (at ``eps = 1e-3`` a 16-bit log-kernel loses the plan) and the
-    outputs cast back.
+    outputs cast back. A problem (m, n) with a NaN or infinite input gets
+    NaN outputs and gradients on every backend
+    (:func:`poisoned_problems`); large finite embeddings give finite
+    outputs (:func:`cross_cost`). The op is once differentiable: double
+    backward raises.
 
     Returns:
         ``(distance [..., N], parts [..., N, V_q, d])``, or
         ``(distance, poses [..., N, O])`` with ``pose_weight``.
     """
     _check(X_p, X_q, h1, h2, row, col, beta, eps, outer_iters, inner_iters,
-           regularizer, routing, pose_weight)
-    lead, (V_p, d) = X_p.shape[:-2], X_p.shape[-2:]
-    N, V_q, _ = X_q.shape
+           regularizer, routing, backend, pose_weight)
     out_dtype = X_p.dtype
     dtype = torch.promote_types(out_dtype, torch.float32)
     if not torch.is_tensor(beta):
@@ -433,26 +610,7 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
     inputs = tuple(t.to(dtype) for t in (X_p, X_q, h1, h2, row, col))
     if pose_weight is not None:
         pose_weight = pose_weight.to(dtype)
-    options = dict(eps=float(eps), outer_iters=outer_iters,
-                   inner_iters=inner_iters, regularizer=regularizer,
-                   routing=routing)
-    if torch.jit.is_tracing():
-        # A traced graph (FLOP counting, export) records the reference's
-        # operations: the kernels compute the same ones, and an autograd
-        # Function would be an opaque node.
-        dist, out = hgw_routing_reference(*_kernel_layout(*inputs), beta,
-                                          **options)
-        if pose_weight is not None:
-            out = _poses(out, pose_weight)
-    elif X_p.numel() == 0:
-        dist = X_p.new_zeros(0, N, dtype=dtype) + 0 * beta
-        out = X_p.new_zeros(0, N, V_q, d, dtype=dtype)
-        if pose_weight is not None:
-            out = _poses(out, pose_weight)
-    else:
-        kernels = KERNELS[resolve_backend(backend, X_p.device)]
-        dist, out = _Routing.apply(*inputs, beta, pose_weight, kernels,
-                                   options)
-    shape = (V_q, d) if pose_weight is None else (pose_weight.shape[2], )
-    return (dist.to(out_dtype).view(*lead, N),
-            out.to(out_dtype).view(*lead, N, *shape))
+    dist, out = torch.ops.mmhgw.hgw_routing(
+        *inputs, beta, pose_weight, float(eps), outer_iters, inner_iters,
+        regularizer, routing, backend)
+    return dist.to(out_dtype), out.to(out_dtype)

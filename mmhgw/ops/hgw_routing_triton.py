@@ -69,6 +69,10 @@ def _jit(fn):
 #: Padding value of the log-kernel: far below any real entry, finite.
 NEG = tl.constexpr(-1e30)
 
+#: The plan of a problem with a non-finite input.
+NAN = tl.constexpr(float('nan'))
+INF = tl.constexpr(float('inf'))
+
 #: Terms of the series of :func:`_neg_expm1` (|x| < 1/2): the remainder is
 #: below float64 resolution.
 EXPM1_TERMS = tl.constexpr(17)
@@ -99,13 +103,46 @@ def _neg_expm1(x):
 
 
 @_jit
+def _power_of_two_scale(X, FP32: tl.constexpr):
+    """The largest power of two not above ``max |X|``, 1 below 2
+    (:func:`mmhgw.ot.power_of_two_scale`): the exponent bits of the
+    maximum."""
+    top = tl.max(tl.max(tl.abs(X), axis=1), axis=0)
+    if FP32:
+        bits = top.to(tl.int32, bitcast=True) & 0x7F800000
+        scale = bits.to(tl.float32, bitcast=True)
+    else:
+        bits = top.to(tl.int64, bitcast=True) & 0x7FF0000000000000
+        scale = bits.to(tl.float64, bitcast=True)
+    return tl.where((top >= 2.0) & (top < INF), scale, 1.0)
+
+
+@_jit
+def _finite(x):
+    """Whether every entry of ``x`` is finite (``x - x`` is NaN for NaN
+    and infinite entries)."""
+    return tl.sum(tl.where(x - x == 0.0, 0, 1)) == 0
+
+
+@_jit
 def _cross_cost(Xp, Xq, D: tl.constexpr, FP32: tl.constexpr):
-    """``sq = |x_i|^2 + |y_j|^2 - 2 x_i . y_j`` (the reference's
-    expansion), ``E = exp(-max(sq, 0) / d)`` and ``K = 1 - E``."""
+    """``sq = |x_i - y_j|^2`` by the reference's expansion of the
+    embeddings scaled by powers of two
+    (:func:`mmhgw.ot.scaled_squared_distance`), ``E = exp(-max(sq, 0) /
+    d)`` and ``K = 1 - E``."""
+    a = _power_of_two_scale(Xp, FP32)
+    b = _power_of_two_scale(Xq, FP32)
+    c = tl.maximum(a, b)
+    ra = _div(a, c, FP32)
+    rb = _div(b, c, FP32)
+    Xp = _div(Xp, Xp * 0.0 + a, FP32)
+    Xq = _div(Xq, Xq * 0.0 + b, FP32)
     sqp = tl.sum(Xp * Xp, axis=1)
     sqq = tl.sum(Xq * Xq, axis=1)
     dot = tl.sum(Xp[:, None, :] * Xq[None, :, :], axis=2)
-    sq = (sqp[:, None] + sqq[None, :]) - 2.0 * dot
+    sq = ((ra * ra) * sqp[:, None] + (rb * rb) * sqq[None, :]) - (
+        2.0 * (ra * rb)) * dot
+    sq = sq * c * c
     x = _div(-tl.maximum(sq, 0.0), tl.zeros_like(sq) + D, FP32)
     return sq, _neg_expm1(x), tl.exp(x)
 
@@ -226,10 +263,15 @@ def _forward_kernel(XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N,
     row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
     col = tl.load(COL + n * VQ + iq, mask=cmask, other=0.0)
     beta = tl.load(BETA)
+    # A problem with a non-finite input gets a NaN plan (the reference's
+    # poisoned_problems); padded entries were loaded as 0.
+    good = (_finite(Xp) & _finite(h1) & _finite(row) & _finite(Xq) &
+            _finite(h2) & _finite(col) & (beta - beta == 0.0))
     sq, K, E = _cross_cost(Xp, Xq, D, FP32)
     T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER,
                  INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q, LOG_T0,
                  UNIF, TINY, LO, FP32)
+    T = tl.where(good, T, NAN)
     # Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
     C = tl.sum(A[:, None, :] * h2[None, :, :], axis=2)
     value = tl.sum(tl.sum(((row[:, None] + col[None, :]) - C + beta * K) * T,
@@ -280,6 +322,8 @@ def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
                  mask=pp_mask, other=0.0)
     row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
     beta = tl.load(BETA)
+    good_location = (_finite(Xp) & _finite(h1) & _finite(row) &
+                     (beta - beta == 0.0))
     dXp = Xp * 0.0
     dh1 = h1 * 0.0
     drow = row * 0.0
@@ -293,6 +337,11 @@ def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
         T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER,
                      INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q,
                      LOG_T0, UNIF, TINY, LO, FP32)
+        # A NaN plan for a problem with a non-finite input: every gradient
+        # term below holds T, except dX_q's, whose clamp mask could hide
+        # it; that one is set to NaN explicitly.
+        good = good_location & _finite(Xq) & _finite(h2) & _finite(col)
+        T = tl.where(good, T, NAN)
         if WANT_PARTS:
             tl.store(PARTS + (m * N + n) * VQ * D + iq[:, None] * D +
                      ie[None, :], VQ * tl.sum(T[:, :, None] * Xp[:, None, :],
@@ -313,7 +362,7 @@ def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
         # Per-type gradients: partials of this (location, type).
         k = pid * N + n
         tl.store(DXQ + k * VQ * D + iq[:, None] * D + ie[None, :],
-                 -tl.sum(gx, axis=0), mask=qe_mask)
+                 tl.where(good, -tl.sum(gx, axis=0), NAN), mask=qe_mask)
         dh2 = -gd * tl.sum(T[:, :, None] * A[:, None, :], axis=0)
         tl.store(DH2 + k * VQ * VQ + iq[:, None] * VQ + iq[None, :], dh2,
                  mask=qq_mask)

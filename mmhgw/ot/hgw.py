@@ -31,6 +31,15 @@ GRAD_MODES = ('envelope', 'unroll')
 #: Measured 2.7x faster on 134k problems of 32 x 8 (docs/benchmarks.md).
 CPU_CHUNK_ENTRIES = 2**20
 
+#: Smallest ``eps`` of the solver: ``2^-63`` (about 1.1e-19). The
+#: log-kernel ``-cost / eps`` then stays below ``2^63 |cost|`` in magnitude:
+#: finite in float32 for every cost below 3.7e19 (the structures and cross
+#: costs are bounded by a few units), summed over proximal steps without
+#: overflow, and far above the padding value -1e30 of the Triton kernels.
+#: Smaller values underflow or overflow float32 iterates into NaN (1e-300
+#: is 0 in float32).
+MIN_EPS = 2.0**-63
+
 
 def safe_log(x: Tensor) -> Tensor:
     """``log(x)`` with ``x`` clamped to the dtype's smallest normal number.
@@ -190,9 +199,45 @@ def embedding_distance(X: Tensor, Y: Tensor,
     Returns:
         [..., V, W].
     """
-    sq = ((X * X).sum(-1).unsqueeze(-1) + (Y * Y).sum(-1).unsqueeze(-2) -
-          2 * X @ Y.transpose(-1, -2))
+    a, b = power_of_two_scale(X), power_of_two_scale(Y)
+    X, Y = X / a, Y / b
+    sq = scaled_squared_distance((X * X).sum(-1).unsqueeze(-1),
+                                 (Y * Y).sum(-1).unsqueeze(-2),
+                                 X @ Y.transpose(-1, -2), a, b)
     return bound_distance(sq, X.shape[-1], floor)
+
+
+def power_of_two_scale(X: Tensor) -> Tensor:
+    """``2^k`` [..., 1, 1] per matrix of ``X`` [..., V, d]: the largest
+    power of two not above ``max |X|``, and 1 when that is below 2.
+
+    Dividing by a power of two is exact, so the squared distances of
+    :func:`scaled_squared_distance` equal the plain expansion bit for bit
+    wherever that does not overflow; embeddings of magnitude 1.8e19 and
+    more (whose squares overflow float32) get the finite distances a
+    convolution's output would. Constant (no gradient).
+    """
+    with torch.no_grad():
+        top = X.detach().abs().amax((-1, -2), keepdim=True)
+        return torch.exp2(torch.floor(torch.log2(top)).clamp_min(0))
+
+
+def scaled_squared_distance(sq_x: Tensor, sq_y: Tensor, dot: Tensor,
+                            scale_x: Tensor, scale_y: Tensor) -> Tensor:
+    """``|x - y|^2`` from the scaled embeddings ``x' = x / scale_x``,
+    ``y' = y / scale_y`` (:func:`power_of_two_scale`): their squared norms
+    ``sq_x``, ``sq_y``, products ``dot = x' . y'``, all broadcasting.
+
+    With ``c = max(scale_x, scale_y)``, ``r_x = scale_x / c`` and
+    ``r_y = scale_y / c`` (powers of two <= 1):
+    ``|x - y|^2 = (r_x^2 |x'|^2 + r_y^2 |y'|^2 - 2 r_x r_y x' . y') c c``,
+    the bracket at most a few units per entry; the final products overflow
+    to ``inf`` (a cross cost of exactly 1), never to NaN.
+    """
+    c = torch.maximum(scale_x, scale_y)
+    r_x, r_y = scale_x / c, scale_y / c
+    sq = (r_x * r_x) * sq_x + (r_y * r_y) * sq_y - 2 * (r_x * r_y) * dot
+    return sq * c * c
 
 
 def bound_distance(sq: Tensor, d: int,
@@ -301,6 +346,31 @@ def hgw_value(terms: GWTerms, K: Tensor, T: Tensor,
     return ((gw_apply(terms, T) + beta * K) * T).sum((-1, -2))
 
 
+def check_solver_options(*, eps, outer_iters, inner_iters,
+                         regularizer='proximal', grad='envelope'):
+    """Raise a ValueError naming the first invalid solver option.
+
+    The one check of the options shared by :func:`hgw_distance`, the
+    routing op (:func:`mmhgw.ops.hgw_routing`) and the capsule layer (at
+    build): ``eps`` a finite number >= :data:`MIN_EPS`, positive int
+    iteration counts, a known ``regularizer`` and ``grad``.
+    """
+    for name, value, allowed in (('regularizer', regularizer, REGULARIZERS),
+                                 ('grad', grad, GRAD_MODES)):
+        if value not in allowed:
+            raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
+    for name, value in (('outer_iters', outer_iters),
+                        ('inner_iters', inner_iters)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f'{name} must be a positive int, got {value!r}')
+    # Written so that NaN fails too (every comparison with NaN is False).
+    if isinstance(eps, bool) or not (isinstance(eps, (int, float))
+                                     and MIN_EPS <= eps < math.inf):
+        raise ValueError(f'eps must be a finite number >= {MIN_EPS:.3g} '
+                         f'(below, float32 iterations overflow), got '
+                         f'{eps!r}')
+
+
 def _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
                   loss, regularizer, grad, tol, check_values,
                   chunk_entries=None):
@@ -308,17 +378,11 @@ def _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
             isinstance(chunk_entries, int) and chunk_entries > 0)):
         raise ValueError(f"chunk_entries must be 'auto', None or a positive "
                          f'int, got {chunk_entries!r}')
-    for name, value, allowed in (('loss', loss, LOSSES),
-                                 ('regularizer', regularizer, REGULARIZERS),
-                                 ('grad', grad, GRAD_MODES)):
-        if value not in allowed:
-            raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
-    for name, value in (('outer_iters', outer_iters),
-                        ('inner_iters', inner_iters)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f'{name} must be a positive int, got {value!r}')
-    if not (isinstance(eps, (int, float)) and 0 < eps < float('inf')):
-        raise ValueError(f'eps must be a positive finite number, got {eps!r}')
+    if loss not in LOSSES:
+        raise ValueError(f'loss must be one of {LOSSES}, got {loss!r}')
+    check_solver_options(eps=eps, outer_iters=outer_iters,
+                         inner_iters=inner_iters, regularizer=regularizer,
+                         grad=grad)
     if tol is not None and not tol > 0:
         raise ValueError(f'tol must be None or > 0, got {tol!r}')
     for name, M in (('C_p', C_p), ('C_q', C_q), ('K', K)):

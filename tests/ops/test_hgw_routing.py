@@ -1,13 +1,15 @@
 """The fused HGW routing op against its torch reference (the oracle)."""
 import importlib
+import math
 import os
 import warnings
 
 import pytest
 import torch
 
-from mmhgw.ops import (cpp_available, hgw_routing, hgw_routing_reference,
-                       triton_available)
+from mmhgw.ops import (cpp_available, cross_cost, hgw_routing,
+                       hgw_routing_reference, triton_available)
+from mmhgw.ot import MIN_EPS
 from mmhgw.testing import routing_inputs
 
 # The module, not the function of the same name that mmhgw.ops exports.
@@ -274,7 +276,9 @@ def test_explicit_triton_backend_without_cuda_raises():
                         backend='triton')
 
 
-def test_tracing_records_the_reference_operations():
+def test_tracing_records_the_fused_op():
+    """A traced graph holds the op as one node (it runs the fused kernels,
+    and FLOP counting hooks it by name), not a Python autograd Function."""
     inputs = [t.detach() for t in make_inputs(3, 2, 5, 4, 3, torch.float64)]
 
     def f(*args):
@@ -282,5 +286,161 @@ def test_tracing_records_the_reference_operations():
 
     traced = torch.jit.trace(f, tuple(inputs), check_trace=False)
     kinds = {node.kind() for node in traced.graph.nodes()}
-    assert 'aten::exp' in kinds and 'prim::PythonOp' not in kinds
+    assert 'mmhgw::hgw_routing' in kinds and 'prim::PythonOp' not in kinds
+    assert 'aten::exp' not in kinds  # the reference's operations are not
     torch.testing.assert_close(traced(*inputs), f(*inputs))
+
+
+NAMES = ['X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta']
+
+#: (input, index, value): one non-finite entry, at a location or type in
+#: the middle, so that other problems stay finite.
+POISONS = [('X_p', (1, 2, 0), math.nan), ('X_p', (1, 0, 1), math.inf),
+           ('X_q', (1, 1, 0), -math.inf), ('h1', (0, 1, 1), math.nan),
+           ('h2', (1, 0, 0), math.inf), ('row', (2, 0), math.nan),
+           ('col', (0, 1), -math.inf), ('beta', (), math.nan)]
+
+
+def poisoned_inputs(size, dtype, name, index, value):
+    inputs = [t.detach() for t in make_inputs(*size, dtype)]
+    inputs[NAMES.index(name)][index] = value
+    return [t.requires_grad_() for t in inputs]
+
+
+def nan_where_the_reference_has_nan(backend, inputs, **options):
+    """``[(name, NaN masks equal, finite entries close)]`` for the op's
+    outputs and gradients against the reference's."""
+    ref = hgw_routing_reference(*inputs, **options)
+    g = torch.Generator().manual_seed(1)
+    upstream = [torch.randn(t.shape, generator=g, dtype=t.dtype)
+                for t in ref]
+    grads_ref = torch.autograd.grad(ref, inputs, upstream)
+    out = hgw_routing(*inputs, backend=backend, **options)
+    grads = torch.autograd.grad(out, inputs, upstream)
+    results = []
+    for name, a, b in zip(['dist', 'parts'] + NAMES, (*out, *grads),
+                          (*ref, *grads_ref)):
+        finite = ~b.isnan()
+        results.append((name, torch.equal(a.isnan(), b.isnan()),
+                        torch.allclose(a[finite], b[finite], rtol=1e-4,
+                                       atol=1e-6)))
+    return ref, results
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('size', [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8)])
+@pytest.mark.parametrize('poison', POISONS, ids=lambda p: f'{p[0]}-{p[2]}')
+def test_non_finite_inputs_give_nan_where_the_reference_does(
+        backend, dtype, size, poison):
+    """A NaN or infinite input makes its problems' outputs and gradients
+    NaN, and only those (the SIMD size also puts a poisoned and a finite
+    type side by side in one vector)."""
+    inputs = poisoned_inputs(size, dtype, *poison)
+    ref, results = nan_where_the_reference_has_nan(
+        backend, inputs, eps=1e-2, outer_iters=2, inner_iters=3)
+    # Some problems are poisoned, and (but with beta) not all.
+    assert ref[0].isnan().any()
+    assert poison[0] == 'beta' or not ref[0].isnan().all()
+    for name, same_nan, close in results:
+        assert same_nan and close, name
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+def test_non_finite_inputs_with_the_pose_map_and_uniform_routing(backend):
+    """Uniform routing solves nothing, yet a poisoned problem is NaN too;
+    the pose map carries the NaN to the poses only of those problems."""
+    inputs = poisoned_inputs((4, 3, 16, 8, 8), torch.float32, 'X_q',
+                             (1, 0, 0), math.nan)
+    weight = torch.randn(3, 64, 5)
+    for routing in ('hgw', 'uniform'):
+        dist, pose = hgw_routing(*inputs, eps=1e-2, outer_iters=2,
+                                 inner_iters=2, routing=routing,
+                                 backend=backend, pose_weight=weight)
+        expected = torch.zeros(4, 3, dtype=torch.bool)
+        expected[:, 1] = True
+        assert torch.equal(dist.isnan(), expected)
+        assert torch.equal(pose.isnan().all(-1), expected)
+        assert not pose[~expected].isnan().any()
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+@pytest.mark.parametrize('scale', [1e19, 1e30])
+def test_large_embeddings_give_finite_outputs(backend, scale):
+    """Embeddings whose squares overflow float32 (as a convolution's input
+    may be) give the distances and parts of the float64 reference, where
+    nothing overflows."""
+    inputs = [t.detach() for t in make_inputs(3, 4, 16, 8, 8,
+                                              torch.float64)]
+    inputs[0] = inputs[0] * scale
+    inputs[1] = inputs[1] * (scale / 2)
+    options = dict(eps=1e-2, outer_iters=2, inner_iters=3)
+    ref = hgw_routing_reference(*inputs, **options)
+    single = [t.float().requires_grad_() for t in inputs]
+    out = hgw_routing(*single, backend=backend, **options)
+    for a, b in zip(out, ref):
+        assert torch.isfinite(a).all()
+        assert relative(a.double(), b) < 1e-5
+    grads = torch.autograd.grad(out[0].sum(), single)
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_cross_cost_equals_the_plain_expansion_bit_for_bit():
+    """The scaling is by powers of two: wherever the plain expansion does
+    not overflow it is reproduced exactly."""
+    X_p, X_q = make_inputs(4, 3, 16, 8, 8, torch.float32)[:2]
+    for factor in (1.0, 1e3, 1e15):
+        a, b = X_p.detach() * factor, X_q.detach() * factor
+        dot = (a.reshape(-1, 8) @ b.reshape(-1, 8).T).view(
+            4, 16, 3, 8).transpose(1, 2)
+        sq = (a.pow(2).sum(-1).view(4, 1, 16, 1) +
+              b.pow(2).sum(-1).view(1, 3, 1, 8) - 2 * dot)
+        plain = -torch.expm1(-sq.clamp_min(0) / 8)
+        assert torch.equal(cross_cost(a, b), plain)
+
+
+@pytest.mark.parametrize('eps', [1e-300, 1e-20, 0.0, -1.0, math.nan,
+                                 math.inf])
+def test_eps_below_the_float32_bound_is_refused(eps):
+    with pytest.raises(ValueError, match=r'eps must be a finite number >= '
+                       r'1\.08e-19'):
+        hgw_routing(*make_inputs(3, 2, 5, 4, 3, torch.float32), eps=eps,
+                    outer_iters=1, inner_iters=1)
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+def test_eps_at_the_bound_stays_finite_in_float32(backend):
+    inputs = make_inputs(3, 4, 16, 8, 8, torch.float32)
+    out = hgw_routing(*inputs, eps=MIN_EPS, outer_iters=5, inner_iters=3,
+                      backend=backend)
+    grads = torch.autograd.grad(out[0].sum() + out[1].sum(), inputs)
+    assert all(torch.isfinite(t).all() for t in (*out, *grads))
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+@pytest.mark.parametrize('with_pose_map', [False, True])
+def test_double_backward_raises_naming_the_op(backend, with_pose_map):
+    """The backward is the envelope gradient at a re-solved plan, with no
+    gradient of its own: a second-order gradient is refused, not silently
+    computed without the op's term."""
+    inputs = make_inputs(3, 2, 16, 8, 4, torch.float32)
+    weight = torch.randn(2, 32, 3, requires_grad=True)
+    dist, out = hgw_routing(*inputs, eps=1e-2, outer_iters=2, inner_iters=2,
+                            backend=backend,
+                            pose_weight=weight if with_pose_map else None)
+    (grad, ) = torch.autograd.grad(dist.sum() + out.square().sum(),
+                                   inputs[0], create_graph=True)
+    with pytest.raises(RuntimeError, match='mmhgw::hgw_routing is once '
+                       'differentiable'):
+        grad.square().sum().backward()
+
+
+@pytest.mark.parametrize('pose_map', [False, True])
+def test_opcheck(pose_map):
+    """torch.library's checks of the custom op: schema, fake kernel,
+    autograd registration, and AOT dispatch (torch.compile's path)."""
+    inputs = make_inputs(3, 2, 5, 4, 3, torch.float64)
+    weight = (torch.randn(2, 12, 3, dtype=torch.float64, requires_grad=True)
+              if pose_map else None)
+    args = (*inputs, weight, 1e-2, 2, 2, 'proximal', 'hgw', 'auto')
+    torch.library.opcheck(torch.ops.mmhgw.hgw_routing.default, args)

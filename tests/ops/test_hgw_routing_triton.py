@@ -24,6 +24,9 @@ OPTIONS = [(1e-3, 'hgw', 'proximal', 2, 3), (1e-1, 'hgw', 'entropic', 2, 3),
            (1e-3, 'uniform', 'proximal', 2, 3),
            (1e-2, 'hgw', 'proximal', 2, 1)]
 DTYPES = ['float64', 'float32']
+#: Size of the non-finite cases: room for every poisoned index, padded
+#: blocks.
+POISON_SIZES = [(3, 2, 5, 3, 2)]
 NAMES = ['dist', 'parts', 'X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta']
 
 
@@ -84,7 +87,64 @@ def run_cases():
     errors = [relative(a, b) for a, b in zip((*out, *grads),
                                              (*ref, *grads_ref))]
     results['pose-map'] = dict(zip(NAMES + ['pose_weight'], errors))
+    results.update(special_cases())
     return results
+
+
+def special_cases():
+    """Non-finite inputs (NaN masks equal to the reference's), large
+    embeddings (relative errors against the float64 reference), eps at its
+    bound (finite) and double backward (refused)."""
+    from test_hgw_routing import (POISONS, make_inputs,
+                                  nan_where_the_reference_has_nan,
+                                  poisoned_inputs, relative)
+
+    from mmhgw.ops import hgw_routing, hgw_routing_reference
+    from mmhgw.ot import MIN_EPS
+    results = {}
+    for size in POISON_SIZES:
+        for poison in POISONS:
+            inputs = poisoned_inputs(size, torch.float32, *poison)
+            _, checks = nan_where_the_reference_has_nan(
+                'triton', inputs, eps=1e-2, outer_iters=2, inner_iters=3)
+            results[poison_id(size, poison)] = {
+                name: float(not (same and close))
+                for name, same, close in checks}
+    inputs = [t.detach() for t in make_inputs(3, 2, 8, 8, 4, torch.float64)]
+    inputs[0], inputs[1] = inputs[0] * 1e30, inputs[1] * 5e29
+    options = dict(eps=1e-2, outer_iters=2, inner_iters=3)
+    ref = hgw_routing_reference(*inputs, **options)
+    out = hgw_routing(*[t.float() for t in inputs], backend='triton',
+                      **options)
+    results['large'] = {name: relative(a.double(), b)
+                        for name, a, b in zip(NAMES, out, ref)}
+    inputs = make_inputs(3, 2, 8, 8, 4, torch.float32)
+    out = hgw_routing(*inputs, eps=MIN_EPS, outer_iters=5, inner_iters=3,
+                      backend='triton')
+    grads = torch.autograd.grad(out[0].sum() + out[1].sum(), inputs)
+    results['min-eps'] = {'non-finite': float(not all(
+        torch.isfinite(t).all() for t in (*out, *grads)))}
+    out = hgw_routing(*inputs, eps=1e-2, outer_iters=2, inner_iters=2,
+                      backend='triton')
+    (grad, ) = torch.autograd.grad(out[0].sum(), inputs[0],
+                                   create_graph=True)
+    try:
+        grad.sum().backward()
+        refused = False
+    except RuntimeError as err:
+        refused = 'mmhgw::hgw_routing is once differentiable' in str(err)
+    results['double-backward'] = {'not refused': float(not refused)}
+    return results
+
+
+def poison_id(size, poison):
+    return f'poison-{"x".join(map(str, size))}-{poison[0]}-{poison[2]}'
+
+
+def special_ids():
+    from test_hgw_routing import POISONS
+    return ([poison_id(size, p) for size in POISON_SIZES for p in POISONS] +
+            ['large', 'min-eps', 'double-backward'])
 
 
 @pytest.fixture(scope='module')
@@ -111,6 +171,16 @@ def test_triton_equals_reference(interpreted, case):
         # Values 1e-5, gradients 1e-4 (relative), as for every backend.
         limit = 1e-5 if name in ('dist', 'parts') else 1e-4
         assert error < limit, (name, errors)
+
+
+@pytest.mark.parametrize('case', special_ids())
+def test_triton_on_non_finite_large_and_extreme_inputs(interpreted, case):
+    """As the CPU backends in test_hgw_routing.py: NaN exactly where the
+    reference has it (1 marks a mismatch), finite outputs of large
+    embeddings (relative error against float64), finite iterates at the
+    smallest eps, and double backward refused."""
+    for name, error in interpreted[case].items():
+        assert error < 1e-5, (name, interpreted[case])
 
 
 if __name__ == '__main__':

@@ -26,6 +26,8 @@ def test_segmentor_flops_with_and_without_capsules(capsys):
                             '--table-depth', '1'])
     out = capsys.readouterr().out
     assert 'Input shape:  1 x 3 x 32 x 48' in out and '| model' in out
+    # "(all ops counted)" only above no "Not counted:" list.
+    assert ('(all ops counted)' in out) != ('Not counted:' in out)
     stock, stock_params = main([SEG_STOCK, '--shape', '32', '48',
                                 '--cfg-options', *NARROW])
     assert 0 < hgw.hgw < hgw.total and stock.hgw == 0
@@ -37,6 +39,9 @@ def test_detector_flops_include_rpn_and_roi_heads(capsys):
     report, params = main([DET_HGW, '--shape', '64'])
     out = capsys.readouterr().out
     assert 'Input shape:  1 x 3 x 64 x 64' in out
+    # mmcv's RoIAlign and NMS have no handle: listed, and the total says so.
+    assert 'Not counted:' in out and '(all ops counted)' not in out
+    assert 'without the ops under "Not counted"' in out
     assert report.hgw > 0 and params > 1e7
     # The RoI heads (fc layers) run on the proposals: linear layers counted.
     assert report.by_operator.get('linear', 0) > 0

@@ -15,8 +15,9 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from mmhgw.ops import BACKENDS, cross_cost, hgw_routing
-from mmhgw.ot import (embedding_distance, gw_factors, gw_terms, hgw_distance,
-                      hgw_value, mix_structure, safe_log)
+from mmhgw.ot import (check_solver_options, embedding_distance, gw_factors,
+                      gw_terms, hgw_distance, hgw_value, mix_structure,
+                      safe_log)
 from mmhgw.registry import MODELS
 from .aux_loss import attach_aux_loss
 
@@ -36,7 +37,9 @@ def presence(capsules: Tensor, dim: int = -1) -> Tensor:
     """How present each capsule is: ``a = s / (1 + s)`` in ``[0, 1)``, with
     ``s = ||x||^2 / d`` the squared length per dimension of the capsule
     vectors along ``dim`` (which is reduced)."""
-    s = capsules.pow(2).mean(dim)
+    # Clamped so that capsules whose squares overflow are fully present
+    # (inf / inf would be NaN); finite s is unchanged.
+    s = capsules.pow(2).mean(dim).clamp_max(torch.finfo(capsules.dtype).max)
     return s / (1 + s)
 
 
@@ -325,10 +328,9 @@ class HGWCaps(BaseModule):
                                inner_iters=inner_iters, grad=grad,
                                regularizer=solver_regularizer)
         # Fail at build time, not at the first forward.
-        probe = torch.ones(1, 2, 2)
-        hgw_distance(probe, probe, probe, beta=0.0, outer_iters=outer_iters,
-                     inner_iters=inner_iters, eps=eps, grad=grad,
-                     regularizer=solver_regularizer)
+        check_solver_options(eps=eps, outer_iters=outer_iters,
+                             inner_iters=inner_iters, grad=grad,
+                             regularizer=solver_regularizer)
         self.routing = routing
         self.backend = backend
         self.ablation = ablation

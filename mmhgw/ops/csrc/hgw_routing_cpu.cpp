@@ -1,5 +1,7 @@
 // Bindings of the fused CPU HGW routing (hgw_routing_kernel.h): argument
-// checks, dtype dispatch and ATen's parallel_for over locations.
+// checks, dtype dispatch and ATen's parallel_for over locations. beta comes
+// as a one-element tensor (the op keeps it a tensor; read here, on the
+// CPU).
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
@@ -29,6 +31,12 @@ void check_inputs(const torch::Tensor& X_p, const torch::Tensor& X_q,
                   h2.size(2) == Vq && row.size(0) == M && row.size(1) == Vp &&
                   col.size(0) == N && col.size(1) == Vq,
               "hgw_routing_cpu: inconsistent shapes");
+}
+
+double beta_value(const torch::Tensor& beta) {
+  TORCH_CHECK(beta.numel() == 1 && beta.device().is_cpu(),
+              "hgw_routing_cpu: beta must be a one-element CPU tensor");
+  return beta.item<double>();
 }
 
 mmhgw::Options make_options(const torch::Tensor& X_p,
@@ -62,24 +70,24 @@ mmhgw::Inputs<scalar_t> pointers(const torch::Tensor& X_p,
 std::vector<torch::Tensor> forward(torch::Tensor X_p, torch::Tensor X_q,
                                    torch::Tensor h1, torch::Tensor h2,
                                    torch::Tensor row, torch::Tensor col,
-                                   double beta, double eps, int64_t outer,
-                                   int64_t inner, bool proximal,
-                                   bool uniform) {
+                                   torch::Tensor beta, double eps,
+                                   int64_t outer, int64_t inner,
+                                   bool proximal, bool uniform) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   const auto M = X_p.size(0), N = X_q.size(0), Vq = X_q.size(1),
              d = X_p.size(2);
   auto dist = torch::empty({M, N}, X_p.options());
   auto parts = torch::empty({M, N, Vq, d}, X_p.options());
-  const auto o = make_options(X_p, X_q, beta, eps, outer, inner, proximal,
-                              uniform);
+  const auto o = make_options(X_p, X_q, beta_value(beta), eps, outer, inner,
+                              proximal, uniform);
   AT_DISPATCH_FLOATING_TYPES(X_p.scalar_type(), "hgw_routing_forward", [&] {
     const auto in = pointers<scalar_t>(X_p, X_q, h1, h2, row, col);
-    const auto sqq = mmhgw::squared_norms(in.Xq, N * Vq, d);
+    const auto types = mmhgw::prepare_types(in, o);
     scalar_t* dist_p = dist.data_ptr<scalar_t>();
     scalar_t* parts_p = parts.data_ptr<scalar_t>();
     mmhgw::dispatch_sizes(o.Vp, o.Vq, [&]<int VP, int VQ>() {
       at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
-        mmhgw::forward_range<scalar_t, VP, VQ>(in, o, sqq.data(), begin, end,
+        mmhgw::forward_range<scalar_t, VP, VQ>(in, o, types, begin, end,
                                                dist_p, parts_p);
       });
     });
@@ -99,11 +107,11 @@ torch::Tensor plans(torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1,
   o.round_plan = round_plan;
   AT_DISPATCH_FLOATING_TYPES(X_p.scalar_type(), "hgw_routing_plans", [&] {
     const auto in = pointers<scalar_t>(X_p, X_q, h1, h2, row, col);
-    const auto sqq = mmhgw::squared_norms(in.Xq, N * Vq, d);
+    const auto types = mmhgw::prepare_types(in, o);
     scalar_t* out_p = out.data_ptr<scalar_t>();
     mmhgw::dispatch_sizes(o.Vp, o.Vq, [&]<int VP, int VQ>() {
       at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
-        mmhgw::plans_range<scalar_t, VP, VQ>(in, o, sqq.data(), begin, end,
+        mmhgw::plans_range<scalar_t, VP, VQ>(in, o, types, begin, end,
                                              out_p);
       });
     });
@@ -116,9 +124,10 @@ std::vector<torch::Tensor> backward(torch::Tensor grad_dist,
                                     torch::Tensor X_p, torch::Tensor X_q,
                                     torch::Tensor h1, torch::Tensor h2,
                                     torch::Tensor row, torch::Tensor col,
-                                    double beta, double eps, int64_t outer,
-                                    int64_t inner, bool proximal,
-                                    bool uniform, bool want_parts) {
+                                    torch::Tensor beta, double eps,
+                                    int64_t outer, int64_t inner,
+                                    bool proximal, bool uniform,
+                                    bool want_parts) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   TORCH_CHECK(grad_dist.is_contiguous() && grad_parts.is_contiguous() &&
                   grad_dist.scalar_type() == X_p.scalar_type() &&
@@ -139,11 +148,11 @@ std::vector<torch::Tensor> backward(torch::Tensor grad_dist,
   // The parts at the plans solved again, for a caller that did not keep
   // the forward's (empty unless asked for).
   auto parts = torch::empty({want_parts ? M : 0, N, Vq, d}, X_p.options());
-  const auto o = make_options(X_p, X_q, beta, eps, outer, inner, proximal,
-                              uniform);
+  const auto o = make_options(X_p, X_q, beta_value(beta), eps, outer, inner,
+                              proximal, uniform);
   AT_DISPATCH_FLOATING_TYPES(X_p.scalar_type(), "hgw_routing_backward", [&] {
     const auto in = pointers<scalar_t>(X_p, X_q, h1, h2, row, col);
-    const auto sqq = mmhgw::squared_norms(in.Xq, N * Vq, d);
+    const auto types = mmhgw::prepare_types(in, o);
     const scalar_t* gd = grad_dist.data_ptr<scalar_t>();
     const scalar_t* gp = grad_parts.data_ptr<scalar_t>();
     scalar_t* dXp = dX_p.data_ptr<scalar_t>();
@@ -158,7 +167,7 @@ std::vector<torch::Tensor> backward(torch::Tensor grad_dist,
       at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
         const int64_t t = at::get_thread_num();
         mmhgw::backward_range<scalar_t, VP, VQ>(
-            in, o, sqq.data(), gd, gp, begin, end, dXp, dh1p, drowp,
+            in, o, types, gd, gp, begin, end, dXp, dh1p, drowp,
             dXq + t * N * Vq * d, dh2p + t * N * Vq * Vq, dcolp + t * N * Vq,
             dbetap + t, parts_p);
       });

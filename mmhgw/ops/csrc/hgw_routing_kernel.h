@@ -5,8 +5,11 @@
 // locations x types x V_p x V_q is written.
 //
 // The specification is the torch reference in mmhgw/ops/hgw_routing.py
-// (hgw_routing_reference): same iterates, floors and rounding. This header
-// has no torch dependency (the bindings are in hgw_routing_cpu.cpp).
+// (hgw_routing_reference): same iterates, floors and rounding, the same
+// power-of-two scaling of the embeddings in the cross cost (no overflow for
+// large embeddings), and a NaN plan for a problem with a non-finite input
+// (nothing of it is solved). This header has no torch dependency (the
+// bindings are in hgw_routing_cpu.cpp).
 // Layout: a problem is row-major [V_p][V_q]; its transpose [V_q][V_p] is
 // kept where sums along the other axis are needed, so that every inner
 // loop runs along contiguous memory and vectorises.
@@ -132,6 +135,33 @@ inline void bounded(const float* __restrict__ sq, int n, int d,
 inline void bounded(const double* __restrict__ sq, int n, int d,
                     double* __restrict__ K) {
   for (int i = 0; i < n; ++i) K[i] = -std::expm1(-std::max(sq[i], 0.0) / d);
+}
+
+// The largest power of two not above top = max |x| of a set of embeddings,
+// and 1 below 2 (mmhgw.ot.power_of_two_scale): dividing by it is exact.
+template <typename scalar_t>
+inline scalar_t power_of_two_scale(scalar_t top) {
+  if (!(top >= 2) || !std::isfinite(top)) return 1;
+  int e;
+  std::frexp(top, &e);  // top = f 2^e, f in [1/2, 1)
+  return std::ldexp(scalar_t(1), e - 1);
+}
+
+// Scales of one problem: c = max(a, b) of the location's (a) and the type's
+// (b) power-of-two scales, ra = a / c, rb = b / c
+// (mmhgw.ot.scaled_squared_distance).
+template <typename scalar_t>
+struct Scaling {
+  scalar_t c, ra, rb;
+  Scaling(scalar_t a, scalar_t b)
+      : c(a > b ? a : b), ra(a / (a > b ? a : b)), rb(b / (a > b ? a : b)) {}
+};
+
+template <typename scalar_t>
+inline bool all_finite(const scalar_t* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
 }
 
 template <typename scalar_t>
@@ -424,13 +454,15 @@ void solve_plan_simd(const float* __restrict__ h1, const V* H2T,
   return finish();
 }
 
-// Cross cost for V_q = 8: sq[i] = |x_i|^2 + |y|^2 - 2 x_i . y over the
-// eight parts y at once, K = 1 - exp(-max(sq, 0) / d).
+// Cross cost for V_q = 8 from the scaled embeddings x' = x / a, y' = y / b
+// (see Scaling): sq[i] = (ra^2 |x'_i|^2 + rb^2 |y'|^2 - 2 ra rb x'_i . y')
+// c^2 over the eight parts y at once, K = 1 - exp(-max(sq, 0) / d).
 inline void cross_cost_v8(const float* __restrict__ xp,
                           const float* __restrict__ xq,
                           const float* __restrict__ sqp,
                           const float* __restrict__ sqq, int Vp, int d,
-                          float* __restrict__ K, float* __restrict__ sq) {
+                          const Scaling<float>& sc, float* __restrict__ K,
+                          float* __restrict__ sq) {
   // The parts transposed: XqT[e] holds coordinate e of the eight parts (on
   // the stack for the usual part sizes: this runs once per problem).
   v8f small[16];
@@ -441,9 +473,12 @@ inline void cross_cost_v8(const float* __restrict__ xp,
   v8f sy;
   std::memcpy(&sy, sqq, sizeof(sy));
   const float inv_d = 1.0f / d;
+  const float ra2 = sc.ra * sc.ra, rb2 = sc.rb * sc.rb;
+  const float two_rab = 2 * (sc.ra * sc.rb);
   for (int i = 0; i < Vp; ++i) {
-    v8f acc = sqp[i] + sy;
-    for (int e = 0; e < d; ++e) acc -= (2 * xp[i * d + e]) * XqT[e];
+    v8f acc = ra2 * sqp[i] + rb2 * sy;
+    for (int e = 0; e < d; ++e) acc -= (two_rab * xp[i * d + e]) * XqT[e];
+    acc = acc * sc.c * sc.c;
     const v8f k = 1.0f - vexp(-vmax(acc, splat(0.0f)) * inv_d, -88.0f);
     std::memcpy(sq + i * 8, &acc, sizeof(acc));
     std::memcpy(K + i * 8, &k, sizeof(k));
@@ -572,6 +607,45 @@ struct Inputs {
   const scalar_t *Xp, *Xq, *h1, *h2, *row, *col;
 };
 
+// Per output type, computed once per call: the parts scaled by their
+// power-of-two scale (xq [N, Vq, d]), their squared norms (sqq [N, Vq]),
+// the scale, and whether any input of the type is non-finite.
+template <typename scalar_t>
+struct Types {
+  std::vector<scalar_t> xq, sqq, scale;
+  std::vector<uint8_t> bad;
+};
+
+template <typename scalar_t>
+Types<scalar_t> prepare_types(const Inputs<scalar_t>& in, const Options& o) {
+  const int Vq = o.Vq, d = o.d;
+  Types<scalar_t> ty;
+  ty.xq.resize(int64_t(o.N) * Vq * d);
+  ty.sqq.resize(int64_t(o.N) * Vq);
+  ty.scale.resize(o.N);
+  ty.bad.resize(o.N);
+  for (int64_t n = 0; n < o.N; ++n) {
+    const scalar_t* x = in.Xq + n * Vq * d;
+    ty.bad[n] = !(all_finite(x, Vq * d) &&
+                  all_finite(in.h2 + n * Vq * Vq, Vq * Vq) &&
+                  all_finite(in.col + n * Vq, Vq));
+    scalar_t top = 0;
+    for (int k = 0; k < Vq * d; ++k) top = std::max(top, std::abs(x[k]));
+    const scalar_t b = power_of_two_scale(top);
+    ty.scale[n] = b;
+    for (int j = 0; j < Vq; ++j) {
+      scalar_t acc = 0;
+      for (int e = 0; e < d; ++e) {
+        const scalar_t y = x[j * d + e] / b;
+        ty.xq[(n * Vq + j) * d + e] = y;
+        acc += y * y;
+      }
+      ty.sqq[n * Vq + j] = acc;
+    }
+  }
+  return ty;
+}
+
 // VP, VQ: problem sizes fixed at compile time (0: taken from Options), so
 // that the loops over a row or a column of the common shapes become whole
 // SIMD vectors.
@@ -591,18 +665,35 @@ class Solver {
     h2T.resize(Vq * Vq);
     for (auto* a : {&f, &u, &s, &rmax, &sqp}) a->resize(Vp);
     for (auto* a : {&g, &v, &c, &cmax}) a->resize(Vq);
+    xps.resize(Vp * o.d);
   }
 
-  // Per location m: squared norms of the components.
+  // Per location m: whether an input is non-finite, the components scaled
+  // by their power-of-two scale and their squared norms.
   void set_location(const Inputs<scalar_t>& in, int64_t m) {
-    xp_ = in.Xp + m * Vp * o_.d;
+    const int d = o_.d;
+    xp_ = in.Xp + m * Vp * d;
     h1_ = in.h1 + m * Vp * Vp;
     row_ = in.row + m * Vp;
+    bad_location_ = !(std::isfinite(o_.beta) && all_finite(xp_, Vp * d) &&
+                      all_finite(h1_, Vp * Vp) && all_finite(row_, Vp));
+    scalar_t top = 0;
+    for (int k = 0; k < Vp * d; ++k) top = std::max(top, std::abs(xp_[k]));
+    scale_ = power_of_two_scale(top);
     for (int i = 0; i < Vp; ++i) {
       scalar_t acc = 0;
-      for (int e = 0; e < o_.d; ++e) acc += xp_[i * o_.d + e] * xp_[i * o_.d + e];
+      for (int e = 0; e < d; ++e) {
+        const scalar_t x = xp_[i * d + e] / scale_;
+        xps[i * d + e] = x;
+        acc += x * x;
+      }
       sqp[i] = acc;
     }
+  }
+
+  // Whether problem (this location, type n) has a non-finite input.
+  bool poisoned(const Types<scalar_t>& ty, int64_t n) const {
+    return bad_location_ || ty.bad[n];
   }
 
   // Problems solved together: two output types in lockstep where the
@@ -616,7 +707,9 @@ class Solver {
 
   // Per location m and types n .. n + count - 1 (count <= kGroup): cross
   // costs, then the plans; problem n + s is then in slot s.
-  void solve(const Inputs<scalar_t>& in, const scalar_t* sqq, int n,
+  // A poisoned problem (see poisoned) must come alone (count = 1): it gets
+  // a NaN plan, value and h1 T, and is not solved.
+  void solve(const Inputs<scalar_t>& in, const Types<scalar_t>& ty, int n,
              int count = 1) {
     const int d = o_.d;
     for (int s = 0; s < count; ++s) {
@@ -624,7 +717,17 @@ class Solver {
       xq_[s] = in.Xq + t * Vq * d;
       h2_[s] = in.h2 + t * Vq * Vq;
       col_[s] = in.col + t * Vq;
-      cross_cost(sqq + t * Vq, s);
+      bad_[s] = poisoned(ty, t);
+      if (!bad_[s])
+        cross_cost(ty.xq.data() + t * Vq * d, ty.sqq.data() + t * Vq,
+                   ty.scale[t], s);
+    }
+    if (bad_[0]) {
+      const scalar_t nan = std::numeric_limits<scalar_t>::quiet_NaN();
+      std::fill(T.begin(), T.begin() + P, nan);
+      std::fill(A.begin(), A.begin() + P, nan);
+      value_[0] = nan;
+      return;
     }
     solve_plan(count);
   }
@@ -634,7 +737,7 @@ class Solver {
   // <L (x) T + beta K, T> at the plan of slot s (Eq. 21); leaves h1 T in
   // A.
   scalar_t value(int s = 0) {
-    if constexpr (kSimd) return value_[s];
+    if (kSimd || bad_[s]) return value_[s];
     const scalar_t* __restrict__ col_ = this->col_[0];
     gw_product(T.data(), C.data());
     scalar_t acc = 0;
@@ -683,6 +786,18 @@ class Solver {
                 scalar_t* __restrict__ dh2, scalar_t* __restrict__ dcol,
                 scalar_t* dbeta, int slot = 0) {
     const int d = o_.d;
+    if (bad_[slot]) {
+      // The gradient of a NaN output: NaN in every input it depends on.
+      const scalar_t nan = std::numeric_limits<scalar_t>::quiet_NaN();
+      std::fill(dXp, dXp + Vp * d, nan);
+      std::fill(dh1, dh1 + Vp * Vp, nan);
+      std::fill(drow, drow + Vp, nan);
+      std::fill(dXq, dXq + Vq * d, nan);
+      std::fill(dh2, dh2 + Vq * Vq, nan);
+      std::fill(dcol, dcol + Vq, nan);
+      *dbeta = nan;
+      return;
+    }
     if constexpr (kSimd) {
       if (d == 8) {
         const int o = slot * P;
@@ -762,22 +877,31 @@ class Solver {
   }
 
  private:
-  void cross_cost(const scalar_t* __restrict__ sqq, int s) {
+  // From the scaled parts xq [Vq, d] of a type, their squared norms sqq
+  // and scale b: the squared distances (sq, true scale) and cross cost K
+  // of slot s.
+  void cross_cost(const scalar_t* __restrict__ xq, const scalar_t* sqq,
+                  scalar_t b, int s) {
     const int d = o_.d;
+    const Scaling<scalar_t> sc(scale_, b);
     if constexpr (kSimd) {
-      cross_cost_v8(xp_, xq_[s], sqp.data(), sqq, Vp, d, Kc.data() + s * P,
-                    sq.data() + s * P);
+      cross_cost_v8(xps.data(), xq, sqp.data(), sqq, Vp, d, sc,
+                    Kc.data() + s * P, sq.data() + s * P);
       return;
     }
-    const scalar_t* __restrict__ xq_ = this->xq_[0];
+    const scalar_t* __restrict__ xp = xps.data();
     scalar_t* __restrict__ q2 = sq.data();
+    const scalar_t ra2 = sc.ra * sc.ra, rb2 = sc.rb * sc.rb;
+    const scalar_t two_rab = 2 * (sc.ra * sc.rb);
     for (int i = 0; i < Vp; ++i)
-      for (int j = 0; j < Vq; ++j) q2[i * Vq + j] = sqp[i] + sqq[j];
+      for (int j = 0; j < Vq; ++j)
+        q2[i * Vq + j] = ra2 * sqp[i] + rb2 * sqq[j];
     for (int i = 0; i < Vp; ++i)
       for (int e = 0; e < d; ++e) {
-        const scalar_t x = -2 * xp_[i * d + e];
-        for (int j = 0; j < Vq; ++j) q2[i * Vq + j] += x * xq_[j * d + e];
+        const scalar_t x = -two_rab * xp[i * d + e];
+        for (int j = 0; j < Vq; ++j) q2[i * Vq + j] += x * xq[j * d + e];
       }
+    for (int e = 0; e < P; ++e) q2[e] = q2[e] * sc.c * sc.c;
     bounded(q2, P, d, Kc.data());
   }
 
@@ -1020,39 +1144,41 @@ class Solver {
   const Options o_;
   const int Vp, Vq, P;
   scalar_t value_[2] = {0, 0};  // SIMD path: values computed with the plans
+  bool bad_[2] = {false, false};  // per slot: a poisoned problem
+  bool bad_location_ = false;
+  scalar_t scale_ = 1;  // the location's power-of-two scale
   const scalar_t beta_, eps_;
   const scalar_t *xp_ = nullptr, *h1_ = nullptr, *row_ = nullptr;
   // Per slot: this type's parts, h2 and column term.
   const scalar_t *xq_[2] = {nullptr, nullptr}, *h2_[2] = {nullptr, nullptr},
                  *col_[2] = {nullptr, nullptr};
   std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT,
-      h2T, f, g, u, v, s, c, rmax, cmax, sqp;
+      h2T, f, g, u, v, s, c, rmax, cmax, sqp, xps;
 };
-
-template <typename scalar_t>
-std::vector<scalar_t> squared_norms(const scalar_t* X, int64_t rows, int d) {
-  std::vector<scalar_t> out(rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    scalar_t acc = 0;
-    for (int e = 0; e < d; ++e) acc += X[r * d + e] * X[r * d + e];
-    out[r] = acc;
-  }
-  return out;
-}
 
 // Solves every (location m in [begin, end), type n) problem, a group of
 // types at a time, and calls fn(solver, m, n, slot) for each, with the
 // problem's plan in that slot of the solver.
 template <typename scalar_t, int VP, int VQ, typename Fn>
 void solve_range(const Inputs<scalar_t>& in, const Options& o,
-                 const scalar_t* sqq, int64_t begin, int64_t end, Fn&& fn) {
+                 const Types<scalar_t>& ty, int64_t begin, int64_t end,
+                 Fn&& fn) {
   using Solver_ = Solver<scalar_t, VP, VQ>;
   Solver_ solver(o);
   for (int64_t m = begin; m < end; ++m) {
     solver.set_location(in, m);
     for (int n = 0; n < o.N; n += Solver_::kGroup) {
       const int count = std::min(Solver_::kGroup, o.N - n);
-      solver.solve(in, sqq, n, count);
+      bool alone = count == 1;
+      for (int s = 0; s < count; ++s) alone |= solver.poisoned(ty, n + s);
+      if (alone) {  // one at a time, so that poisoned problems come alone
+        for (int s = 0; s < count; ++s) {
+          solver.solve(in, ty, n + s, 1);
+          fn(solver, m, int64_t(n + s), 0);
+        }
+        continue;
+      }
+      solver.solve(in, ty, n, count);
       for (int s = 0; s < count; ++s) fn(solver, m, int64_t(n + s), s);
     }
   }
@@ -1061,11 +1187,11 @@ void solve_range(const Inputs<scalar_t>& in, const Options& o,
 // Forward over locations [begin, end): dist [M, N], parts [M, N, Vq, d].
 template <typename scalar_t, int VP, int VQ>
 void forward_range(const Inputs<scalar_t>& in, const Options& o,
-                   const scalar_t* sqq, int64_t begin, int64_t end,
+                   const Types<scalar_t>& ty, int64_t begin, int64_t end,
                    scalar_t* dist, scalar_t* parts) {
   const int64_t part_size = int64_t(o.Vq) * o.d;
   solve_range<scalar_t, VP, VQ>(
-      in, o, sqq, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
+      in, o, ty, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
         dist[m * o.N + n] = solver.value(s);
         solver.parts(parts + (m * o.N + n) * part_size, s);
       });
@@ -1075,11 +1201,11 @@ void forward_range(const Inputs<scalar_t>& in, const Options& o,
 // convergence studies; the op itself never writes them).
 template <typename scalar_t, int VP, int VQ>
 void plans_range(const Inputs<scalar_t>& in, const Options& o,
-                 const scalar_t* sqq, int64_t begin, int64_t end,
+                 const Types<scalar_t>& ty, int64_t begin, int64_t end,
                  scalar_t* plans) {
   const int64_t P = int64_t(o.Vp) * o.Vq;
   solve_range<scalar_t, VP, VQ>(
-      in, o, sqq, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
+      in, o, ty, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
         const scalar_t* T = solver.plan(s);
         std::copy(T, T + P, plans + (m * o.N + n) * P);
       });
@@ -1092,14 +1218,14 @@ void plans_range(const Inputs<scalar_t>& in, const Options& o,
 // keep the forward's).
 template <typename scalar_t, int VP, int VQ>
 void backward_range(const Inputs<scalar_t>& in, const Options& o,
-                    const scalar_t* sqq, const scalar_t* grad_dist,
+                    const Types<scalar_t>& ty, const scalar_t* grad_dist,
                     const scalar_t* grad_parts, int64_t begin, int64_t end,
                     scalar_t* dXp, scalar_t* dh1, scalar_t* drow,
                     scalar_t* dXq, scalar_t* dh2, scalar_t* dcol,
                     scalar_t* dbeta, scalar_t* parts = nullptr) {
   const int Vp = o.Vp, Vq = o.Vq, d = o.d;
   solve_range<scalar_t, VP, VQ>(
-      in, o, sqq, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
+      in, o, ty, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
         solver.value(s);  // leaves h1 T for the gradient of h2
         if (parts) solver.parts(parts + (m * o.N + n) * Vq * d, s);
         solver.backward(grad_dist[m * o.N + n],

@@ -99,3 +99,38 @@ def test_autocast_does_not_reach_the_solver():
             out = caps(x)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize('eps', [1e-300, 1e-20])
+def test_eps_below_the_float32_bound_fails_at_build(eps):
+    """The bound shared by the solver and the op, checked when the layer is
+    built (1e-300 used to give NaN in every output and gradient)."""
+    with pytest.raises(ValueError, match=r'eps must be a finite number >= '
+                       r'1\.08e-19'):
+        small_caps(eps=eps)
+
+
+@pytest.mark.parametrize('routing', ['hgw', 'uniform'])
+@pytest.mark.parametrize('scale', [1e19, 1e30])
+def test_large_inputs_give_a_finite_output_as_conv2d(routing, scale):
+    """Inputs whose squared embeddings overflow float32: the output stays
+    finite where nn.Conv2d's does, in eval and in training."""
+    caps = small_caps(routing=routing)
+    conv = torch.nn.Conv2d(16, 8, 3, padding=1)
+    x = torch.randn(2, 16, 5, 6) * scale
+    for training in (False, True):
+        caps.train(training)
+        assert torch.isfinite(conv(x)).all()
+        assert torch.isfinite(caps(x)).all()
+
+
+def test_second_order_gradients_are_refused_naming_the_op():
+    """Double backward through the layer used to drop the routing op's
+    term (about 99% of the second-order gradient) without an error."""
+    caps = small_caps()
+    x = torch.randn(1, 16, 4, 4, requires_grad=True)
+    (grad, ) = torch.autograd.grad(caps(x).square().sum(), x,
+                                   create_graph=True)
+    with pytest.raises(RuntimeError, match='mmhgw::hgw_routing is once '
+                       'differentiable'):
+        grad.square().sum().backward()

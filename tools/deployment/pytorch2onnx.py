@@ -1,0 +1,130 @@
+"""Export a detector, a segmentor or its backbone to ONNX, HGW capsules in
+standard ONNX operations (no custom-op library needed to run the file).
+
+Exports the network in tensor mode (no pre- or post-processing: mmdet's
+backbone, neck and heads' raw outputs; mmseg's logits) for a fixed
+``1 x 3 x H x W`` input, or only the backbone (``--backbone-only``), at
+``--opset`` (17 by default). The capsule layers' routing op becomes its
+torch reference in plain operations (:mod:`mmhgw.deployment`). Models whose
+tensor mode holds mmcv's compiled ops (RoIAlign and NMS of two-stage
+detectors such as Mask R-CNN) cannot be exported this way: export their
+backbone, or use mmdeploy, which rewrites those ops.
+
+    python tools/deployment/pytorch2onnx.py CONFIG --out model.onnx \
+        [--checkpoint CKPT] [--shape H W] [--opset 17] [--backbone-only] \
+        [--verify] [--cfg-options k=v ...]
+
+Needs ``onnx`` and ``onnxscript`` (``--verify``: ``onnxruntime``).
+"""
+import argparse
+import os.path as osp
+import sys
+
+import torch
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from mmhgw.analysis.tracing import TensorModeModel, check_shape  # noqa: E402
+from mmhgw.deployment import (NotExportableError, export_onnx,  # noqa: E402
+                              run_onnx)
+from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
+
+
+def parse_args(argv=None):
+    from mmengine.config import DictAction
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('config', help='config file (or pkg::path)')
+    parser.add_argument('--out', required=True, help='ONNX file to write')
+    parser.add_argument('--checkpoint', help='weights to export (default: '
+                        'the initialised weights, for trying the export)')
+    parser.add_argument('--shape', type=int, nargs='+', default=[800, 1333],
+                        help='input height and width (one value: square)')
+    parser.add_argument('--opset', type=int, default=17,
+                        help='ONNX opset (>= 17)')
+    parser.add_argument('--backbone-only', action='store_true',
+                        help='export model.backbone only')
+    parser.add_argument('--verify', action='store_true',
+                        help='run the file with onnxruntime and compare '
+                        'with PyTorch')
+    parser.add_argument('--tolerance', type=float, default=1e-3,
+                        help='--verify: largest difference allowed, '
+                        'relative to the largest output magnitude')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value')
+    return parser.parse_args(argv)
+
+
+def build(args, shape):
+    """The module to export and its example input."""
+    cfg = load_config_for_test(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in ('mmdet', 'mmseg'):
+        raise ValueError(f'{args.config}: default_scope must be mmdet or '
+                         f'mmseg, got {scope!r}')
+    model = build_model_for_test(cfg, init=args.checkpoint is None)
+    if args.checkpoint:
+        from mmengine.runner import load_checkpoint
+        load_checkpoint(model, args.checkpoint, map_location='cpu',
+                        strict=True, logger='silent')
+    model.eval()  # stock ResNet.train() returns None: no chaining
+    module = (model.backbone if args.backbone_only else
+              TensorModeModel(model, scope, shape))
+    return module, torch.randn(1, 3, *shape)
+
+
+def compare(outputs, expected, tolerance):
+    """Largest absolute difference per output, relative to the largest
+    output magnitude; raises when one exceeds ``tolerance``."""
+    if len(outputs) != len(expected):
+        raise RuntimeError(f'onnxruntime gave {len(outputs)} outputs, '
+                           f'PyTorch {len(expected)}')
+    errors = []
+    for i, (a, b) in enumerate(zip(outputs, expected)):
+        if tuple(a.shape) != tuple(b.shape):
+            raise RuntimeError(f'output {i}: onnxruntime shape '
+                               f'{tuple(a.shape)}, PyTorch {tuple(b.shape)}')
+        scale = b.abs().max().clamp_min(1e-12)
+        errors.append(float((a.to(b.dtype) - b).abs().max() / scale))
+    worst = max(errors, default=0.0)
+    if not worst <= tolerance:
+        raise RuntimeError(f'onnxruntime differs from PyTorch by {worst:.3g} '
+                           f'(relative to the output magnitude; tolerance '
+                           f'{tolerance:g})')
+    return errors
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    shape = check_shape(args.shape)
+    module, image = build(args, shape)
+    with torch.no_grad():
+        expected = module(image)
+    if torch.is_tensor(expected):
+        expected = (expected, )
+    expected = [t for t in expected if torch.is_tensor(t)]
+    try:
+        proto = export_onnx(module, (image, ), args.out,
+                            opset_version=args.opset, input_names=['image'])
+    except NotExportableError as err:
+        raise NotExportableError(
+            f'{args.config}: {err}. Detectors whose tensor mode runs '
+            f'proposals and RoI ops (two-stage ones such as Mask R-CNN) '
+            f'cannot be exported whole: export --backbone-only, or use '
+            f'mmdeploy') from err
+    print(f'Wrote {args.out}: opset {args.opset}, {len(proto.graph.node)} '
+          f'nodes, input image 1 x 3 x {shape[0]} x {shape[1]}, '
+          f'{len(expected)} outputs')
+    errors = None
+    if args.verify:
+        errors = compare(run_onnx(args.out, (image, )), expected,
+                         args.tolerance)
+        print(f'onnxruntime matches PyTorch: largest relative difference '
+              f'{max(errors):.3g} (tolerance {args.tolerance:g})')
+    return proto, errors
+
+
+if __name__ == '__main__':
+    main()
