@@ -5,7 +5,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
+from mmengine.model import BaseTTAModel, is_model_wrapper
 
 from mmhgw.registry import HOOKS
 
@@ -104,8 +104,12 @@ class CheckpointFitHook(Hook):
             raise CheckpointMismatch(
                 f'{name} holds no state dict (a mapping of weights), got '
                 f'{type(state).__name__}')
-        model = runner.model.module if is_model_wrapper(runner.model) \
-            else runner.model
+        # The model the weights go into, unwrapped as mmengine's
+        # load_state_dict unwraps it (DDP-like wrappers, test-time
+        # augmentation).
+        model = runner.model
+        while is_model_wrapper(model) or isinstance(model, BaseTTAModel):
+            model = model.module
         misfit = checkpoint_fit(model, state)
         if not any(misfit):
             return
