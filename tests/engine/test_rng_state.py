@@ -111,8 +111,9 @@ def test_resume_is_exact_with_dropout_and_random_augmentation(tmp_path,
     assert any(not torch.equal(mid[k], a[k]) for k in a)
 
 
-def test_world_size_mismatch_warns_and_skips(tmp_path):
-    from mmhgw.engine.hooks import RNGStateHook
+def fake_runner():
+    """A stand-in Runner at iteration 3 whose logger keeps its warnings in
+    ``FakeRunner.warnings``."""
 
     class FakeRunner:
         iter = 3
@@ -123,6 +124,13 @@ def test_world_size_mismatch_warns_and_skips(tmp_path):
             def warning(msg):
                 FakeRunner.warnings.append(msg)
 
+    return FakeRunner
+
+
+def test_world_size_mismatch_warns_and_skips(tmp_path):
+    from mmhgw.engine.hooks import RNGStateHook
+
+    FakeRunner = fake_runner()
     hook = RNGStateHook()
     hook.after_load_checkpoint(FakeRunner, dict(
         meta=dict(iter=3), rng_state=[get_rng_state()] * 2))
@@ -174,15 +182,7 @@ def test_malformed_rng_state_is_refused_naming_the_entry(case):
 def test_other_thread_count_is_warned_about():
     from mmhgw.engine.hooks import RNGStateHook
 
-    class FakeRunner:
-        iter = 3
-        warnings = []
-
-        class logger:
-            @staticmethod
-            def warning(msg):
-                FakeRunner.warnings.append(msg)
-
+    FakeRunner = fake_runner()
     state = get_rng_state()
     assert state['torch_threads'] == torch.get_num_threads()
     RNGStateHook().after_load_checkpoint(FakeRunner, dict(
