@@ -1,0 +1,3 @@
+from .separability import SeparabilityMetric
+
+__all__ = ['SeparabilityMetric']
