@@ -287,3 +287,27 @@ def test_fpn_output_convs_become_capsules():
     with torch.no_grad():
         a, b = evaluated(stock)(feats), evaluated(caps)(feats)
     assert [t.shape for t in a] == [t.shape for t in b]
+
+
+def test_backbones_are_plain_classes_registered_by_name(tmp_path):
+    """Each capsule backbone is a class of its own module, found by its
+    registered name, and a built one pickles (found by its name again)."""
+    import pickle
+
+    from mmdet.registry import MODELS as DET_MODELS
+    from mmseg.registry import MODELS as SEG_MODELS
+
+    from mmhgw.models.backbones import CapsuleSwapMixin
+    for registry, cls in ((DET_MODELS, HGWCapsResNet),
+                          (SEG_MODELS, HGWCapsResNetV1c),
+                          (SEG_MODELS, HGWCapsUNet)):
+        assert registry.get(cls.__name__) is cls
+        assert issubclass(cls, CapsuleSwapMixin)
+        module = __import__(cls.__module__, fromlist=[cls.__name__])
+        assert getattr(module, cls.__qualname__) is cls
+    torch.manual_seed(0)
+    caps = small_caps_resnet(init_cfg=None)
+    clone = pickle.loads(pickle.dumps(caps))
+    assert type(clone) is HGWCapsResNet
+    for key, value in caps.state_dict().items():
+        assert torch.equal(clone.state_dict()[key], value), key
