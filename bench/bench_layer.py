@@ -5,16 +5,14 @@ forward+backward time, memory kept for backward (CPU) or peak memory (CUDA).
         [--backend auto] [--cases 256x8x14x14,...] [--no-write] [--json FILE]
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from bench.common import (markdown_table, median_time, peak_cuda_bytes,  # noqa
-                          save_json, saved_for_backward_bytes, write_section)
-from mmhgw.models import HGWCaps  # noqa: E402
+from mmhgw.benchmarking import (markdown_table, median_time, peak_cuda_bytes,
+                                save_json, saved_for_backward_bytes,
+                                write_section)
+from mmhgw.models import HGWCaps
 
 CASES = [  # (channels, batch, H, W)
     (256, 8, 14, 14),

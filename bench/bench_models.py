@@ -32,10 +32,10 @@ import time
 
 import torch
 
+from mmhgw.benchmarking import (markdown_table, median_time, save_json, sync,
+                                write_section)
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from bench.common import (markdown_table, median_time, save_json,  # noqa
-                          sync, write_section)
 
 STOCK_MRCNN = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
 HGW_MRCNN = osp.join(ROOT, 'configs/mask_rcnn/'
@@ -98,12 +98,12 @@ def build_backbone(spec):
 
 
 def build_detector(spec):
-    from mmhgw.testing import build_model_for_test, load_config_for_test
-    cfg = load_config_for_test(spec['config'])
+    from mmhgw.config_utils import build_config_model, load_offline_config
+    cfg = load_offline_config(spec['config'])
     for key in ('routing', 'backend'):
         if key in spec:
             cfg.model.backbone.hgw_cfg[key] = spec[key]
-    return build_model_for_test(cfg, init=True)
+    return build_config_model(cfg, init=True)
 
 
 def detector_batch(device, batch=1):

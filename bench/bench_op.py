@@ -15,19 +15,14 @@ they are medians of ``--repeats`` runs.
         [--json FILE]
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 from torch import nn
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from bench.common import (markdown_table, median_time, save_json,  # noqa
-                          write_section)
-
-from mmhgw.ops import hgw_routing  # noqa: E402
-from mmhgw.testing import routing_inputs  # noqa: E402
+from mmhgw.benchmarking import (markdown_table, median_time,
+                                random_routing_inputs, save_json,
+                                write_section)
+from mmhgw.ops import hgw_routing
 
 H, W, CHANNELS = 50, 84, 256
 IN_TYPES, OUT_TYPES, PARTS, DIM = 32, 32, 8, 8
@@ -47,9 +42,9 @@ def parse_feature_map(text):
 
 def layer_inputs(locations, device, seed=0):
     """Float32 inputs of the op at a capsule layer's sizes
-    (:func:`mmhgw.testing.routing_inputs`) and a pose map."""
-    inputs = routing_inputs(locations, OUT_TYPES, IN_TYPES, PARTS, DIM,
-                            torch.float32, seed)
+    (:func:`mmhgw.benchmarking.random_routing_inputs`) and a pose map."""
+    inputs = random_routing_inputs(locations, OUT_TYPES, IN_TYPES, PARTS,
+                                   DIM, torch.float32, seed)
     g = torch.Generator().manual_seed(seed + 1)
     pose_weight = torch.randn(OUT_TYPES, PARTS * DIM,
                               CHANNELS // OUT_TYPES, generator=g)

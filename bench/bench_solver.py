@@ -9,19 +9,15 @@ iteration count grows.
     python bench/bench_solver.py [--device cuda] [--problems 4096]
 """
 import argparse
-import os.path as osp
-import sys
 import time
 import warnings
 
 import numpy as np
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from bench.common import (markdown_table, median_time, peak_cuda_bytes,  # noqa
-                          saved_for_backward_bytes, write_section)
-from mmhgw.ot import (embedding_distance, hgw_distance,  # noqa: E402
-                      round_to_polytope)
+from mmhgw.benchmarking import (markdown_table, median_time, peak_cuda_bytes,
+                                saved_for_backward_bytes, write_section)
+from mmhgw.ot import embedding_distance, hgw_distance, round_to_polytope
 
 
 def problems(n, V_p, V_q, d=8, dtype=torch.float32, device='cpu', seed=0):

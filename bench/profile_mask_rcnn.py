@@ -13,18 +13,17 @@ Two views of one ``predict`` on one image, after a warm-up call:
     python bench/profile_mask_rcnn.py [--device cuda] [--no-write]
 """
 import argparse
-import os.path as osp
-import sys
 import time
 from collections import defaultdict
 
 import torch
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from bench.bench_models import (HGW_MRCNN, STOCK_MRCNN,  # noqa: E402
-                                build_detector, detector_batch)
-from bench.common import markdown_table, sync, write_section  # noqa: E402
+# bench_models: the script beside this one (a script's folder is on the
+# import path).
+from bench_models import (HGW_MRCNN, STOCK_MRCNN, build_detector,
+                          detector_batch)
+
+from mmhgw.benchmarking import markdown_table, sync, write_section
 
 #: aten op name -> kind, by first matching substring.
 OP_KINDS = (

@@ -26,11 +26,10 @@ import argparse
 import json
 import os.path as osp
 import shlex
-import sys
+
+from mmhgw.benchmarking import DOC, markdown_table, write_section
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from bench.common import DOC, markdown_table, write_section  # noqa: E402
 
 #: Arguments of the stage commands that only route the results.
 PLUMBING = {'--no-write': 0, '--json': 1, '--work-dir': 1}
@@ -88,7 +87,7 @@ def ok(report, stage):
 
 
 def op_section(report, doc):
-    from bench import bench_op
+    import bench_op  # a script beside this one
     result = report['stages']['bench-op']['result']
     body = bench_op.section_body([tuple(r) for r in result['rows']],
                                  tuple(result['feature_map']),
@@ -99,7 +98,7 @@ def op_section(report, doc):
 
 
 def layer_section(report, doc):
-    from bench import bench_layer
+    import bench_layer  # a script beside this one
     r = report['stages']['bench-layer']['result']
     body = bench_layer.section_body(r['results'], r['solver_cfg'],
                                     r['routing'], r['backend'],
@@ -110,7 +109,7 @@ def layer_section(report, doc):
 
 
 def mask_rcnn_section(report, doc):
-    from bench import bench_models
+    import bench_models  # a script beside this one
     r = report['stages']['bench-mask-rcnn']['result']
     key, title, body = bench_models.section(
         'mask-rcnn', r['groups']['mask-rcnn'], r['repeats'], r['batch'],

@@ -11,7 +11,7 @@ from mmengine.config import Config
 import mmhgw  # noqa: F401
 from mmhgw.config_check import check_registry_types
 from mmhgw.models import HGWCaps
-from mmhgw.testing import build_model_for_test, load_config_for_test
+from mmhgw.config_utils import build_config_model, load_offline_config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 ALL_CONFIGS = sorted(
@@ -40,9 +40,9 @@ def test_configs_found():
 @pytest.mark.parametrize('path', CONFIGS,
                          ids=[osp.relpath(p, ROOT) for p in CONFIGS])
 def test_config_loads_and_builds(path):
-    cfg = load_config_for_test(path)
+    cfg = load_offline_config(path)
     check_registry_types(cfg, path)  # every type name is registered
-    model = build_model_for_test(cfg)
+    model = build_config_model(cfg)
     has_caps = any(isinstance(m, HGWCaps) for m in model.modules())
     assert has_caps == ('hgwcaps' in osp.basename(path))
     if has_caps:
@@ -108,8 +108,8 @@ def check_loss_backward(model, losses):
     'mask_rcnn/mask-rcnn_hgwcaps-r50_hgwcaps-fpn_1x_coco.py',
 ])
 def test_mask_rcnn_loss_and_predict(name):
-    cfg = load_config_for_test(osp.join(ROOT, 'configs', name))
-    model = build_model_for_test(cfg)
+    cfg = load_offline_config(osp.join(ROOT, 'configs', name))
+    model = build_config_model(cfg)
     model.train()
     losses = model(**det_batch(model, True), mode='loss')
     assert {'loss_rpn_cls', 'loss_bbox', 'loss_mask'} <= set(losses)
@@ -127,9 +127,9 @@ def test_mask_rcnn_loss_and_predict(name):
      2),
 ])
 def test_segmentor_loss_and_predict(name, num_classes):
-    cfg = load_config_for_test(osp.join(ROOT, 'configs', name),
+    cfg = load_offline_config(osp.join(ROOT, 'configs', name),
                                seg_size=(64, 64))
-    model = build_model_for_test(cfg)
+    model = build_config_model(cfg)
     model.train()
     losses = model(**seg_batch(model, True, num_classes), mode='loss')
     assert 'decode.loss_ce' in losses
@@ -145,7 +145,7 @@ def test_segmentor_loss_and_predict(name, num_classes):
 def test_config_inherits_stock_and_changes_only_the_backbone_type():
     ours = Config.fromfile(osp.join(
         ROOT, 'configs/mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py'))
-    stock = load_config_for_test(
+    stock = load_offline_config(
         'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', keep_init=True)
     assert ours.train_cfg == stock.train_cfg
     assert ours.optim_wrapper == stock.optim_wrapper
@@ -177,14 +177,14 @@ def test_ablation_config_changes_one_capsule_argument_and_builds(path):
     base_rel = re.search(r"_base_ = \['([^']+)'\]", open(path).read())[1]
     base = Config.fromfile(osp.normpath(osp.join(osp.dirname(path),
                                                  base_rel)))
-    cfg = load_config_for_test(path)
+    cfg = load_offline_config(path)
     check_registry_types(cfg, path)
     assert 'hgwcaps' in osp.basename(path) and 'hgwcaps' in base_rel
     expected = dict(base.model.backbone.hgw_cfg, **VARIANTS[tag])
     assert cfg.model.backbone.hgw_cfg == expected
     assert cfg.train_cfg == base.train_cfg
     assert cfg.custom_hooks == base.custom_hooks
-    model = build_model_for_test(cfg, init=False)
+    model = build_config_model(cfg, init=False)
     caps = [m for m in model.modules() if isinstance(m, HGWCaps)]
     assert caps
     for m in caps:

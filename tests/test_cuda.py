@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from mmhgw.ot import embedding_distance, hgw_distance
-from mmhgw.testing import routing_inputs
+from mmhgw.benchmarking import random_routing_inputs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason='needs a CUDA device')
@@ -49,7 +49,8 @@ def test_triton_routing_matches_reference(dtype, eps, regularizer,
     check can run through the Triton interpreter on the CPU."""
     pytest.importorskip('triton')
     from mmhgw.ops import hgw_routing, hgw_routing_reference
-    inputs = [t.requires_grad_() for t in routing_inputs(64, 32, 32, 8, 8)]
+    inputs = [t.requires_grad_()
+              for t in random_routing_inputs(64, 32, 32, 8, 8)]
     options = dict(eps=eps, outer_iters=3, inner_iters=4,
                    regularizer=regularizer)
     ref = hgw_routing_reference(*inputs, **options)

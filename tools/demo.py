@@ -21,11 +21,10 @@ import subprocess
 import sys
 import time
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.engine.work_dir import latest_checkpoint
 
-from mmhgw.engine.work_dir import latest_checkpoint  # noqa: E402
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 DATA = osp.join(ROOT, 'data', 'demo')
 JOBS = [
@@ -94,9 +93,9 @@ def train_and_test(config, work_root):
                         osp.join(work, 'test.out'))
     with open(metrics_file) as f:
         metrics = json.load(f)
-    cfg = load_config_for_test(osp.join(ROOT, config))
+    cfg = load_offline_config(osp.join(ROOT, config))
     params = sum(p.numel()
-                 for p in build_model_for_test(cfg, init=False).parameters())
+                 for p in build_config_model(cfg, init=False).parameters())
     return dict(name=name, metrics=metrics, params=params, train_s=train_s,
                 test_s=test_s, iters=cfg.train_cfg.max_iters)
 

@@ -12,8 +12,8 @@ from mmhgw.analysis import count_flops
 from mmhgw.analysis.tracing import TensorModeModel
 from mmhgw.models.layers import HGWCaps
 from mmhgw.ops import hgw_routing, hgw_routing_reference
-from mmhgw.testing import (build_model_for_test, load_config_for_test,
-                           routing_inputs)
+from mmhgw.benchmarking import random_routing_inputs
+from mmhgw.config_utils import build_config_model, load_offline_config
 
 
 class Lambda(nn.Module):
@@ -110,7 +110,7 @@ def test_routing_op_counts_the_operations_of_its_reference(pose_map,
     """One op node in the traced graph, counted per operator kind exactly
     as its reference's operations (at shapes other than the handle's own
     probes)."""
-    inputs = routing_inputs(5, 3, 7, 4, 3, torch.float32)
+    inputs = random_routing_inputs(5, 3, 7, 4, 3, torch.float32)
     inputs.append(torch.randn(3, 12, 6))
     op = count_flops(Routing(False, pose_map, **options), tuple(inputs))
     ref = count_flops(Routing(True, pose_map, **options), tuple(inputs))
@@ -124,10 +124,10 @@ def test_upstream_analyzer_counts_an_hgwcaps_model_within_one_percent():
     get_flops call) sees the routing op through the handle mmhgw registers
     at import: it misses only the elementwise ops it never counts."""
     root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-    cfg = load_config_for_test(
+    cfg = load_offline_config(
         osp.join(root, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py'),
         seg_size=(32, 32))
-    model = build_model_for_test(cfg, init=False)
+    model = build_config_model(cfg, init=False)
     model.eval()
     wrapped = TensorModeModel(model, 'mmseg', (32, 32))
     image = torch.randn(1, 3, 32, 32)

@@ -15,7 +15,7 @@ import mmhgw  # noqa: F401
 from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.preflight import (RUNTIME_KEYS, check_weight_sources,
                                     matching_torchvision)
-from mmhgw.testing import build_model_for_test
+from mmhgw.config_utils import build_config_model
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO_DET = osp.join(ROOT,
@@ -161,7 +161,7 @@ def test_readme_config_example_builds_and_says_its_one_step(
     path.write_text(readme_config_example())
     cfg = tool_config(str(path))
     assert cfg.model.backbone.init_cfg.checkpoint == 'torchvision://resnet50'
-    model = build_model_for_test(cfg, init=False)
+    model = build_config_model(cfg, init=False)
     assert type(model.backbone).__name__ == 'HGWCapsResNet'
     # Without torchvision, train.py stops before the Runner with the step
     # the README names in the section's first lines.
@@ -175,4 +175,4 @@ def test_readme_config_example_builds_and_says_its_one_step(
     cfg = tool_config(str(path), '--cfg-options',
                       'model.backbone.init_cfg=None')
     check_weight_sources(cfg)
-    build_model_for_test(cfg, init=True)  # offline initialisation works
+    build_config_model(cfg, init=True)  # offline initialisation works

@@ -5,7 +5,7 @@ import os.path as osp
 import pytest
 import torch
 
-from mmhgw.testing import build_model_for_test, load_config_for_test
+from mmhgw.config_utils import build_config_model, load_offline_config
 from tools.analysis.affine_robustness import evaluate, main, warped_pipeline
 
 
@@ -28,8 +28,8 @@ def config(reduced_seg_config, tmp_path):
 
 @pytest.fixture
 def checkpoint(config, tmp_path):
-    cfg = load_config_for_test(config)
-    model = build_model_for_test(cfg)
+    cfg = load_offline_config(config)
+    model = build_config_model(cfg)
     path = tmp_path / 'model.pth'
     torch.save(dict(state_dict=model.state_dict(), meta={}), path)
     return str(path)

@@ -11,8 +11,8 @@ import torch
 
 from mmhgw.datasets.synthetic import make_isic_lesions
 from mmhgw.models import HGWCaps
-from mmhgw.testing import (build_model_for_test, load_config_for_test,
-                           logged)
+from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.testing import logged
 from tools.model_converters.capsules_from_stock import main
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -27,12 +27,12 @@ def setup(tmp_path_factory):
     from conftest import write_reduced_seg_config
     tmp = tmp_path_factory.mktemp('convert')
     config = str(write_reduced_seg_config(tmp, num_train=2, num_val=2))
-    cfg = load_config_for_test(config)
+    cfg = load_offline_config(config)
     for key in ('hgw_cfg', 'enc_with_hgw', 'dec_with_hgw'):
         cfg.model.backbone.pop(key, None)
     cfg.model.backbone.type = 'UNet'
     torch.manual_seed(0)
-    stock = build_model_for_test(cfg)
+    stock = build_config_model(cfg)
     whole = str(tmp / 'stock_segmentor.pth')
     torch.save(dict(state_dict=stock.state_dict(), meta={}), whole)
     backbone = str(tmp / 'stock_unet.pth')
@@ -65,7 +65,7 @@ def test_cli_end_to_end_whole_segmentor(setup):
     for name, err in errors.items():
         assert err['after'] < err['before'], (name, err)
         assert name in proc.stdout
-    model = build_model_for_test(load_config_for_test(setup['config']))
+    model = build_config_model(load_offline_config(setup['config']))
     model.load_state_dict(ckpt['state_dict'], strict=True)
     stock = setup['stock'].state_dict()
     assert torch.equal(ckpt['state_dict']['decode_head.conv_seg.weight'],
@@ -85,10 +85,10 @@ def test_backbone_checkpoint_loads_through_init_cfg(setup, tmp_path):
           '--steps', '2', '--batch-size', '2'])
     ckpt = torch.load(out, map_location='cpu')
     assert ckpt['meta']['scope'] == 'backbone'
-    cfg = load_config_for_test(setup['config'])
+    cfg = load_offline_config(setup['config'])
     cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint=out)
     built = []
-    messages = logged(lambda: built.append(build_model_for_test(cfg)))
+    messages = logged(lambda: built.append(build_config_model(cfg)))
     model = built[0]
     # Nothing stays fresh, so nothing is reported as such.
     assert 'stay freshly initialised' not in messages
@@ -145,7 +145,7 @@ def test_wrong_architecture_is_named(setup, tmp_path):
 def test_progress_bar_only_on_a_terminal(monkeypatch):
     import io
 
-    from mmhgw.testing import progress
+    from tools.model_converters.capsules_from_stock import progress
 
     class Terminal(io.StringIO):
         def isatty(self):

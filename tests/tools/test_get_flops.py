@@ -1,13 +1,11 @@
 """tools/analysis/get_flops.py on detector and segmentor configs."""
 import os.path as osp
-import sys
 
 import pytest
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
+from tools.analysis.get_flops import main
 
-from tools.analysis.get_flops import main  # noqa: E402
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 SEG_HGW = osp.join(ROOT, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py')
 SEG_STOCK = osp.join(ROOT, 'configs/demo/unet-s5-d16_fcn_demo-isic.py')

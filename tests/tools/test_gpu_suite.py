@@ -30,7 +30,11 @@ def suite():
 
 @pytest.fixture(scope='module')
 def writer():
-    return load('write_gpu_benchmarks', 'bench/write_gpu_benchmarks.py')
+    # The writer imports the scripts beside it, as when run as a script
+    # (its folder first on the import path).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(osp.join(ROOT, 'bench'))
+        yield load('write_gpu_benchmarks', 'bench/write_gpu_benchmarks.py')
 
 
 @pytest.fixture(scope='module')

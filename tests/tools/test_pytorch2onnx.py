@@ -2,14 +2,10 @@
 backbones, segmentors and detectors in standard operations, run by
 onnxruntime and compared with PyTorch."""
 import os.path as osp
-import sys
 import textwrap
 
 import pytest
 import torch
-
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
 
 pytest.importorskip('onnx')
 pytest.importorskip('onnxscript')
@@ -20,6 +16,8 @@ import onnx  # noqa: E402
 from mmhgw.deployment import NotExportableError, export_onnx  # noqa: E402
 from mmhgw.models.backbones import HGWCapsResNet  # noqa: E402
 from tools.deployment.pytorch2onnx import main  # noqa: E402
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 SEG_HGW = osp.join(ROOT, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py')
 #: Narrow layers and few solver iterations: the reference unrolls every

@@ -17,7 +17,7 @@ from mmengine.config import Config
 from mmhgw.datasets.synthetic import make_coco_instances
 from mmhgw.engine.test_options import (add_test_options, apply_test_options,
                                        write_test_outputs)
-from mmhgw.testing import build_model_for_test, load_config_for_test
+from mmhgw.config_utils import build_config_model, load_offline_config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 STOCK_DET = osp.join(ROOT, 'configs/demo/mask-rcnn_r50_fpn_demo-shapes.py')
@@ -25,7 +25,7 @@ PRETRAIN = osp.join(ROOT, 'configs/pretrain/cifar-resnet20_demo-shapes.py')
 
 
 def save_random_checkpoint(config, path):
-    model = build_model_for_test(load_config_for_test(str(config)),
+    model = build_config_model(load_offline_config(str(config)),
                                  init=False)
     torch.save({'state_dict': model.state_dict(), 'meta': {}}, str(path))
     return str(path)

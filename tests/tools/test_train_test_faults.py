@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mmhgw.engine.work_dir import WorkDirLock
-from mmhgw.testing import build_model_for_test, load_config_for_test
+from mmhgw.config_utils import build_config_model, load_offline_config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -80,9 +80,9 @@ def test_type_typo_refused_before_the_runner(tmp_path, config, tool):
 
 
 def save_model(config, path, edit_state=None, **hgw):
-    cfg = load_config_for_test(config)
+    cfg = load_offline_config(config)
     cfg.model.backbone.hgw_cfg.update(hgw)
-    state = build_model_for_test(cfg).state_dict()
+    state = build_config_model(cfg).state_dict()
     if edit_state:
         edit_state(state)
     torch.save(dict(state_dict=state, meta=dict(epoch=0, iter=2)), path)

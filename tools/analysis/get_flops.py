@@ -12,18 +12,13 @@ are not loaded: FLOPs do not depend on them.
         [--cfg-options k=v ...] [--table-depth 3]
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from mmhgw.analysis import flop_analyzer, flop_report  # noqa: E402
-from mmhgw.analysis.tracing import TensorModeModel, check_shape  # noqa
-from mmhgw.config_utils import merge_cfg_options  # noqa: E402
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
+from mmhgw.analysis import flop_analyzer, flop_report
+from mmhgw.analysis.tracing import TensorModeModel, check_shape
+from mmhgw.config_utils import (build_config_model, load_offline_config,
+                                merge_cfg_options)
 
 
 def parse_args(argv=None):
@@ -47,13 +42,13 @@ def gflops(n):
 def main(argv=None):
     args = parse_args(argv)
     shape = check_shape(args.shape)
-    cfg = load_config_for_test(args.config)
+    cfg = load_offline_config(args.config)
     merge_cfg_options(cfg, args.cfg_options)
     scope = cfg.get('default_scope')
     if scope not in ('mmdet', 'mmseg'):
         raise ValueError(f'{args.config}: default_scope must be mmdet or '
                          f'mmseg, got {scope!r}')
-    model = build_model_for_test(cfg, init=False)
+    model = build_config_model(cfg, init=False)
     model.eval()  # stock ResNet.train() returns None: no chaining
     wrapped = TensorModeModel(model, scope, shape)
     image = torch.randn(1, 3, *shape)

@@ -10,13 +10,11 @@ import argparse
 import ast
 import glob
 import os.path as osp
-import sys
+
+from mmhgw.benchmarking import markdown_table, write_section
+from mmhgw.config_utils import build_config_model, load_offline_config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from bench.common import markdown_table, write_section  # noqa: E402
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
 
 #: The paper's whole-model ratios (Table "obj" and Table c3).
 PAPER_RATIOS = {
@@ -52,7 +50,7 @@ def stock_counterpart(path):
 
 
 def count(path):
-    model = build_model_for_test(load_config_for_test(path))
+    model = build_config_model(load_offline_config(path))
     return sum(p.numel() for p in model.parameters())
 
 

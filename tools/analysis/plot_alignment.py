@@ -12,19 +12,15 @@ type) pair as a heat map. Writes two PNGs.
 import argparse
 import os
 import os.path as osp
-import sys
 
 import matplotlib
 import torch
 
+from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.models import HGWCaps
+
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
-
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from mmhgw.models import HGWCaps  # noqa: E402
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
 
 
 def test_pipeline(cfg):
@@ -38,7 +34,7 @@ def test_pipeline(cfg):
 def capture_routing(cfg, checkpoint, image, layer_name=None):
     """Distances [L, N], plans [L, N, V_p, V_q] and the layer's name."""
     from mmengine.runner import load_checkpoint
-    model = build_model_for_test(cfg)
+    model = build_config_model(cfg)
     load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
     model.eval()
     layers = {n: m for n, m in model.named_modules()
@@ -122,7 +118,7 @@ def main():
                         help='capsule types to show (best aligned first)')
     parser.add_argument('--out-dir', default='work_dirs/alignment')
     args = parser.parse_args()
-    cfg = load_config_for_test(args.config)
+    cfg = load_offline_config(args.config)
     stages, layer = [], args.layer
     for ckpt in args.checkpoints:
         dist, plan, layer = capture_routing(cfg, ckpt, args.image, layer)

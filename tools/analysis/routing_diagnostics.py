@@ -93,9 +93,9 @@ def diagnose(cfg, checkpoint=None, batches=2, beta=None) -> dict:
     from mmengine.runner import Runner, load_checkpoint
 
     from mmhgw.models import HGWCaps
-    from mmhgw.testing import build_model_for_test
+    from mmhgw.config_utils import build_config_model
     init_default_scope(cfg.get('default_scope', 'mmengine'))
-    model = build_model_for_test(cfg, init=checkpoint is None)
+    model = build_config_model(cfg, init=checkpoint is None)
     if checkpoint:
         load_checkpoint(model, checkpoint, map_location='cpu',
                         logger='silent')
@@ -149,8 +149,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import mmhgw  # noqa: F401
-    from mmhgw.testing import load_config_for_test
-    cfg = load_config_for_test(args.config)
+    from mmhgw.config_utils import load_offline_config
+    cfg = load_offline_config(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     if args.beta is None:

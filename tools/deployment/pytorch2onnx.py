@@ -17,18 +17,12 @@ backbone, or use mmdeploy, which rewrites those ops.
 Needs ``onnx`` and ``onnxscript`` (``--verify``: ``onnxruntime``).
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from mmhgw.analysis.tracing import TensorModeModel, check_shape  # noqa: E402
-from mmhgw.deployment import (NotExportableError, export_onnx,  # noqa: E402
-                              run_onnx)
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
+from mmhgw.analysis.tracing import TensorModeModel, check_shape
+from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.deployment import NotExportableError, export_onnx, run_onnx
 
 
 def parse_args(argv=None):
@@ -57,14 +51,14 @@ def parse_args(argv=None):
 
 def build(args, shape):
     """The module to export and its example input."""
-    cfg = load_config_for_test(args.config)
+    cfg = load_offline_config(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     scope = cfg.get('default_scope')
     if scope not in ('mmdet', 'mmseg'):
         raise ValueError(f'{args.config}: default_scope must be mmdet or '
                          f'mmseg, got {scope!r}')
-    model = build_model_for_test(cfg, init=args.checkpoint is None)
+    model = build_config_model(cfg, init=args.checkpoint is None)
     if args.checkpoint:
         from mmengine.runner import load_checkpoint
         load_checkpoint(model, args.checkpoint, map_location='cpu',

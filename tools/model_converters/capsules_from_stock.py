@@ -32,6 +32,7 @@ model from a whole model (``load_from=OUT``, or ``init_cfg`` with
 layer, stock BN) and after fitting, and stored in ``OUT['meta']``.
 """
 import argparse
+import contextlib
 import copy
 import glob
 import os
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import cv2
 import numpy as np
@@ -48,18 +49,29 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
-import mmhgw  # noqa: E402,F401  (registration)
-from mmhgw.config_utils import merge_cfg_options  # noqa: E402
-from mmhgw.engine.checkpoint import load_checkpoint_file  # noqa: E402
-from mmhgw.models import HGWCaps  # noqa: E402
-from mmhgw.testing import (build_model_for_test,  # noqa: E402
-                           load_config_for_test, progress)
+import mmhgw  # noqa: F401  (registration)
+from mmhgw.config_utils import (build_config_model, load_offline_config,
+                                merge_cfg_options)
+from mmhgw.engine.checkpoint import load_checkpoint_file
+from mmhgw.models import HGWCaps
+from mmhgw.models.backbones.capsule_swap import CAPSULE_NORM_PREFIX
 
 IMAGE_EXTS = ('.jpg', '.jpeg', '.png', '.bmp')
-#: Name prefix of a norm layer renewed after a capsule layer.
-RENEWED_NORM_PREFIX = 'hgw_'
+
+
+@contextlib.contextmanager
+def progress(total: int) -> Iterator[Callable[[], None]]:
+    """Yields ``step()``, which advances mmengine's progress bar over
+    ``total`` steps when stdout is a terminal and does nothing otherwise:
+    the bar redraws itself with carriage returns, which pile up in a log
+    file."""
+    if not sys.stdout.isatty():
+        yield lambda: None
+        return
+    from mmengine.utils import ProgressBar
+    bar = ProgressBar(total, file=sys.stdout)
+    yield bar.update
+    sys.stdout.write('\n')
 
 
 class ConvertError(Exception):
@@ -118,8 +130,8 @@ class CapsuleSite:
         # Backbones that renew the norm after a capsule layer name it
         # ``hgw_<stock name>``; SRC has it under the stock name.
         stock_attr = self.norm_attr or ''
-        if stock_attr.startswith(RENEWED_NORM_PREFIX):
-            stock_attr = stock_attr[len(RENEWED_NORM_PREFIX):]
+        if stock_attr.startswith(CAPSULE_NORM_PREFIX):
+            stock_attr = stock_attr[len(CAPSULE_NORM_PREFIX):]
         head = f'{parent_name}.' if parent_name else ''
         self.norm_renames = {f'{head}{self.norm_attr}.':
                              f'{head}{stock_attr}.'} if self.norm else {}
@@ -447,12 +459,12 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
                            f'up to 32)')
     torch.manual_seed(seed)
     state = read_state_dict(src)
-    cfg = load_config_for_test(config)
+    cfg = load_offline_config(config)
     try:
         merge_cfg_options(cfg, cfg_options)
     except ValueError as e:
         raise ConvertError(str(e))
-    model = build_model_for_test(cfg, init=True)
+    model = build_config_model(cfg, init=True)
     sites = [CapsuleSite(model, name, m) for name, m in model.named_modules()
              if isinstance(m, HGWCaps)]
     if not sites:
