@@ -15,8 +15,8 @@ import torch
 
 #: The report the scripts write by default: the repository's
 #: docs/benchmarks.md (the package is installed editable, from a clone).
-DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), 'docs', 'benchmarks.md')
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                   'docs', 'benchmarks.md')
 
 
 def sync(device):
@@ -99,8 +99,10 @@ def machine(device='cpu'):
 
 
 def markdown_table(header, rows):
-    lines = ['| ' + ' | '.join(header) + ' |',
-             '|' + '|'.join('---' for _ in header) + '|']
+    lines = [
+        '| ' + ' | '.join(header) + ' |',
+        '|' + '|'.join('---' for _ in header) + '|'
+    ]
     lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
     return '\n'.join(lines)
 
@@ -133,8 +135,9 @@ def write_section(key, title, body, device='cpu', info=None, doc=DOC):
                f'Date: {info["date"]}\n\n{body}\n<!-- {key}:end -->')
     text = open(doc).read() if os.path.exists(doc) else \
         '# Benchmarks\n\nEach section is written by the script it names.\n'
-    pattern = re.compile(f'<!-- {re.escape(key)}:begin -->.*?'
-                         f'<!-- {re.escape(key)}:end -->', re.S)
+    pattern = re.compile(
+        f'<!-- {re.escape(key)}:begin -->.*?'
+        f'<!-- {re.escape(key)}:end -->', re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: section, text)
     else:

@@ -38,8 +38,7 @@ def sync_bn_to_bn(node):
             sync_bn_to_bn(value)
 
 
-def load_offline_config(path: str,
-                        seg_size: Optional[Tuple[int, int]] = None,
+def load_offline_config(path: str, seg_size: Optional[Tuple[int, int]] = None,
                         keep_init: bool = False) -> Config:
     """The config ``path`` made ready to build offline on one CPU process.
 
@@ -96,8 +95,7 @@ def merge_cfg_options(cfg: Config, options, set_by_command_line=None):
     modules of a ``custom_imports`` among them."""
     if not options:
         return
-    from mmhgw.engine.preflight import (check_cfg_options,
-                                        import_option_modules)
+    from mmhgw.engine.preflight import check_cfg_options, import_option_modules
     check_cfg_options(cfg, options, set_by_command_line)
     cfg.merge_from_dict(options)
     import_option_modules(cfg, options)

@@ -68,8 +68,8 @@ def ensure_data():
     if osp.exists(marker) and open(marker).read() == DATA_VERSION:
         print(f'demo data found in {DATA}')
         return
-    subprocess.run([sys.executable, 'tools/make_demo_data.py', '--out',
-                    DATA], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, 'tools/make_demo_data.py', '--out', DATA],
+                   cwd=ROOT, check=True)
     with open(marker, 'w') as f:
         f.write(DATA_VERSION)
 
@@ -80,17 +80,17 @@ def train_and_test(config, work_root):
     os.makedirs(work, exist_ok=True)
     print(f'\n== {name}: training', flush=True)
     # The evaluation is tools/test.py's; none inside the training run.
-    train_s = run_logged([sys.executable, 'tools/train.py', config,
-                          '--work-dir', work, '--cfg-options',
-                          'train_cfg.val_interval=1000000'],
-                         osp.join(work, 'train.out'))
+    train_s = run_logged([
+        sys.executable, 'tools/train.py', config, '--work-dir', work,
+        '--cfg-options', 'train_cfg.val_interval=1000000'
+    ], osp.join(work, 'train.out'))
     checkpoint = latest_checkpoint(work)
     print(f'== {name}: testing {osp.basename(checkpoint)}', flush=True)
     metrics_file = osp.join(work, 'metrics.json')
-    test_s = run_logged([sys.executable, 'tools/test.py', config, checkpoint,
-                         '--work-dir', osp.join(work, 'test'),
-                         '--metrics-out', metrics_file],
-                        osp.join(work, 'test.out'))
+    test_s = run_logged([
+        sys.executable, 'tools/test.py', config, checkpoint, '--work-dir',
+        osp.join(work, 'test'), '--metrics-out', metrics_file
+    ], osp.join(work, 'test.out'))
     with open(metrics_file) as f:
         metrics = json.load(f)
     cfg = load_offline_config(osp.join(ROOT, config))
@@ -101,14 +101,16 @@ def train_and_test(config, work_root):
 
 
 def summary_table(results):
-    lines = ['| task | model | params | train (s) | test (s) | metrics |',
-             '|---|---|---|---|---|---|']
+    lines = [
+        '| task | model | params | train (s) | test (s) | metrics |',
+        '|---|---|---|---|---|---|'
+    ]
     for job, stock, hgw in results:
         for label, r in (('stock', stock), ('HGWCaps', hgw)):
             metrics = ', '.join(
                 f'{name} {r["metrics"].get(key, float("nan")):.3f}'
-                if job['task'] == 'det' else
-                f'{name} {r["metrics"].get(key, float("nan")):.2f}'
+                if job['task'] ==
+                'det' else f'{name} {r["metrics"].get(key, float("nan")):.2f}'
                 for name, key in METRICS[job['task']])
             ratio = '' if r is stock else \
                 f' ({r["params"] / stock["params"]:.2f}x)'

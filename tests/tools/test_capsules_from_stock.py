@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
+from mmhgw.config_utils import build_config_model, load_offline_config
 from mmhgw.datasets.synthetic import make_isic_lesions
 from mmhgw.models import HGWCaps
-from mmhgw.config_utils import build_config_model, load_offline_config
 from mmhgw.testing import logged
 from tools.model_converters.capsules_from_stock import main
 
@@ -49,10 +49,11 @@ def test_cli_end_to_end_whole_segmentor(setup):
     for every layer; the checkpoint loads strictly into the HGWCaps
     segmentor, stock layers unchanged, meta naming the source."""
     out = str(setup['tmp'] / 'hgw_segmentor.pth')
-    proc = subprocess.run(
-        [sys.executable, TOOL, setup['whole'], setup['config'], out,
-         '--num-images', '4', '--img-size', '64', '64', '--steps', STEPS,
-         '--batch-size', '2'], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([
+        sys.executable, TOOL, setup['whole'], setup['config'], out,
+        '--num-images', '4', '--img-size', '64', '64', '--steps', STEPS,
+        '--batch-size', '2'
+    ], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Output to a pipe, as to a log file: no progress bar redrawn with
     # carriage returns, no initialisation table of every parameter.
@@ -70,9 +71,10 @@ def test_cli_end_to_end_whole_segmentor(setup):
     stock = setup['stock'].state_dict()
     assert torch.equal(ckpt['state_dict']['decode_head.conv_seg.weight'],
                        stock['decode_head.conv_seg.weight'])
-    assert torch.equal(ckpt['state_dict']['backbone.encoder.0.0.convs.0'
-                                          '.conv.weight'],
-                       stock['backbone.encoder.0.0.convs.0.conv.weight'])
+    assert torch.equal(
+        ckpt['state_dict']['backbone.encoder.0.0.convs.0'
+                           '.conv.weight'],
+        stock['backbone.encoder.0.0.convs.0.conv.weight'])
 
 
 def test_backbone_checkpoint_loads_through_init_cfg(setup, tmp_path):
@@ -80,9 +82,11 @@ def test_backbone_checkpoint_loads_through_init_cfg(setup, tmp_path):
     that the config loads through ``init_cfg=Pretrained`` with every key
     matched and the fitted capsule layers in place."""
     out = str(tmp_path / 'hgw_unet.pth')
-    main([setup['backbone'], setup['config'], out, '--images',
-          setup['images'], '--num-images', '4', '--img-size', '64', '64',
-          '--steps', '2', '--batch-size', '2'])
+    main([
+        setup['backbone'], setup['config'], out, '--images', setup['images'],
+        '--num-images', '4', '--img-size', '64', '64', '--steps', '2',
+        '--batch-size', '2'
+    ])
     ckpt = torch.load(out, map_location='cpu')
     assert ckpt['meta']['scope'] == 'backbone'
     cfg = load_offline_config(setup['config'])
@@ -96,8 +100,9 @@ def test_backbone_checkpoint_loads_through_init_cfg(setup, tmp_path):
     assert set(got) == set(ckpt['state_dict'])
     for key, value in ckpt['state_dict'].items():
         assert torch.equal(got[key], value), key
-    caps = [n for n, m in model.backbone.named_modules()
-            if isinstance(m, HGWCaps)]
+    caps = [
+        n for n, m in model.backbone.named_modules() if isinstance(m, HGWCaps)
+    ]
     assert all(f'{n}.subcapsules' in ckpt['state_dict'] for n in caps)
 
 
@@ -108,12 +113,15 @@ def test_missing_files_are_named(setup, tmp_path):
     with pytest.raises(SystemExit, match='CONFIG: no such file'):
         main([setup['whole'], str(tmp_path / 'nope.py'), out])
     with pytest.raises(SystemExit, match='--images: no such folder'):
-        main([setup['whole'], setup['config'], out, '--images',
-              str(tmp_path / 'none')])
-    with pytest.raises(SystemExit,
-                       match='model.backbone.hgw_cfg.outer_iters'):
-        main([setup['whole'], setup['config'], out, '--cfg-options',
-              'hgw_cfg.outer_iters=5'])
+        main([
+            setup['whole'], setup['config'], out, '--images',
+            str(tmp_path / 'none')
+        ])
+    with pytest.raises(SystemExit, match='model.backbone.hgw_cfg.outer_iters'):
+        main([
+            setup['whole'], setup['config'], out, '--cfg-options',
+            'hgw_cfg.outer_iters=5'
+        ])
     assert not osp.exists(out)
 
 
@@ -148,6 +156,7 @@ def test_progress_bar_only_on_a_terminal(monkeypatch):
     from tools.model_converters.capsules_from_stock import progress
 
     class Terminal(io.StringIO):
+
         def isatty(self):
             return True
 

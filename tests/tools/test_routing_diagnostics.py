@@ -7,8 +7,8 @@ from tools.analysis.routing_diagnostics import diagnose
 
 @pytest.fixture
 def cfg(reduced_seg_config, tmp_path):
-    return load_offline_config(str(reduced_seg_config(
-        tmp_path, num_train=4, num_val=1)))
+    return load_offline_config(
+        str(reduced_seg_config(tmp_path, num_train=4, num_val=1)))
 
 
 @pytest.mark.parametrize('scope', ['layer', 'network'])

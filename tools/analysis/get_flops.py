@@ -29,9 +29,10 @@ def parse_args(argv=None):
                         help='input height and width (one value: square)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
-    parser.add_argument('--table-depth', type=int, default=0,
-                        help='also print mmengine\'s per-module table to '
-                        'this depth (0: no table)')
+    parser.add_argument(
+        '--table-depth', type=int, default=0,
+        help='also print mmengine\'s per-module table to '
+        'this depth (0: no table)')
     return parser.parse_args(argv)
 
 
@@ -70,13 +71,15 @@ def main(argv=None):
         f'Params:       {params / 1e6:.3f} M',
     ]
     if report.unsupported:
-        lines.append('Not counted:  ' + ', '.join(
-            f'{k} x{v}' for k, v in sorted(report.unsupported.items())))
+        lines.append('Not counted:  ' +
+                     ', '.join(f'{k} x{v}'
+                               for k, v in sorted(report.unsupported.items())))
     print('\n'.join(lines))
     if args.table_depth > 0:
         from mmengine.analysis.print_helper import complexity_stats_table
-        print(complexity_stats_table(analyzer, max_depth=args.table_depth,
-                                     show_param_shapes=False))
+        print(
+            complexity_stats_table(analyzer, max_depth=args.table_depth,
+                                   show_param_shapes=False))
     return report, params
 
 

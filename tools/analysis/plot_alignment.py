@@ -26,8 +26,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 def test_pipeline(cfg):
     """The config's test pipeline without annotation loading."""
     from mmcv.transforms import Compose
-    steps = [t for t in cfg.test_dataloader.dataset.pipeline
-             if 'Annotations' not in t['type']]
+    steps = [
+        t for t in cfg.test_dataloader.dataset.pipeline
+        if 'Annotations' not in t['type']
+    ]
     return Compose(steps)
 
 
@@ -37,8 +39,7 @@ def capture_routing(cfg, checkpoint, image, layer_name=None):
     model = build_config_model(cfg)
     load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
     model.eval()
-    layers = {n: m for n, m in model.named_modules()
-              if isinstance(m, HGWCaps)}
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, HGWCaps)}
     if not layers:
         raise SystemExit(f'{cfg.filename} has no HGWCaps layer')
     if layer_name is None:
@@ -83,8 +84,9 @@ def plot(stages, out_dir, num_types, layer_name):
             ax.tick_params(labelsize=7)
     for ax in axes[-1]:
         ax.set_xlabel('HGW distance', fontsize=8)
-    fig.suptitle(f'{layer_name}: distances of the input to each capsule '
-                 'type, per training stage', fontsize=10)
+    fig.suptitle(
+        f'{layer_name}: distances of the input to each capsule '
+        'type, per training stage', fontsize=10)
     fig.tight_layout()
     hist_path = osp.join(out_dir, 'alignment_histograms.png')
     fig.savefig(hist_path, dpi=110)
@@ -96,8 +98,9 @@ def plot(stages, out_dir, num_types, layer_name):
     im = ax.imshow(plan[loc, t].numpy(), cmap='viridis', aspect='auto')
     ax.set_xlabel('subcapsule part (V_q)')
     ax.set_ylabel('input capsule type (V_p)')
-    ax.set_title(f'transport plan, location {loc}, type {t}\n'
-                 f'distance {float(dist[loc, t]):.4f}', fontsize=9)
+    ax.set_title(
+        f'transport plan, location {loc}, type {t}\n'
+        f'distance {float(dist[loc, t]):.4f}', fontsize=9)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     plan_path = osp.join(out_dir, 'transport_plan.png')

@@ -30,20 +30,23 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('config', help='config file (or pkg::path)')
     parser.add_argument('--out', required=True, help='ONNX file to write')
-    parser.add_argument('--checkpoint', help='weights to export (default: '
-                        'the initialised weights, for trying the export)')
+    parser.add_argument(
+        '--checkpoint', help='weights to export (default: '
+        'the initialised weights, for trying the export)')
     parser.add_argument('--shape', type=int, nargs='+', default=[800, 1333],
                         help='input height and width (one value: square)')
     parser.add_argument('--opset', type=int, default=17,
                         help='ONNX opset (>= 17)')
     parser.add_argument('--backbone-only', action='store_true',
                         help='export model.backbone only')
-    parser.add_argument('--verify', action='store_true',
-                        help='run the file with onnxruntime and compare '
-                        'with PyTorch')
-    parser.add_argument('--tolerance', type=float, default=1e-3,
-                        help='--verify: largest difference allowed, '
-                        'relative to the largest output magnitude')
+    parser.add_argument(
+        '--verify', action='store_true',
+        help='run the file with onnxruntime and compare '
+        'with PyTorch')
+    parser.add_argument(
+        '--tolerance', type=float, default=1e-3,
+        help='--verify: largest difference allowed, '
+        'relative to the largest output magnitude')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     return parser.parse_args(argv)
@@ -64,8 +67,8 @@ def build(args, shape):
         load_checkpoint(model, args.checkpoint, map_location='cpu',
                         strict=True, logger='silent')
     model.eval()  # stock ResNet.train() returns None: no chaining
-    module = (model.backbone if args.backbone_only else
-              TensorModeModel(model, scope, shape))
+    module = (model.backbone if args.backbone_only else TensorModeModel(
+        model, scope, shape))
     return module, torch.randn(1, 3, *shape)
 
 

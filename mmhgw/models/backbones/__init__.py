@@ -1,4 +1,4 @@
-from .capsule_swap import CapsuleSwapMixin, capsule_like
+from .capsule_swap import CapsuleSwapMixin, capsule_like  # noqa: F401
 from .hgwcaps_resnet import *  # noqa: F401,F403
 from .hgwcaps_resnet import __all__ as _resnets
 from .hgwcaps_unet import *  # noqa: F401,F403

@@ -36,10 +36,10 @@ def capsule_like(conv: nn.Conv2d, hgw_cfg: Optional[dict]) -> nn.Module:
         raise ValueError(f'only plain (groups=1) Conv2d layers can become '
                          f'HGW capsules, got {conv!r}')
     cfg = copy.deepcopy(DEFAULT_HGW_CFG if hgw_cfg is None else hgw_cfg)
-    return build_conv_layer(
-        cfg, conv.in_channels, conv.out_channels, conv.kernel_size[0],
-        stride=conv.stride[0], padding=conv.padding[0],
-        dilation=conv.dilation[0], bias=conv.bias is not None)
+    return build_conv_layer(cfg, conv.in_channels, conv.out_channels,
+                            conv.kernel_size[0], stride=conv.stride[0],
+                            padding=conv.padding[0], dilation=conv.dilation[0],
+                            bias=conv.bias is not None)
 
 
 def fresh_norm(norm: nn.Module) -> nn.Module:
@@ -132,8 +132,9 @@ def pretrained_keys(init_cfg: dict) -> Optional[Dict[str, Any]]:
     """
     try:
         # logger='silent': the initialiser has logged this load already.
-        checkpoint = CheckpointLoader.load_checkpoint(
-            init_cfg['checkpoint'], map_location='cpu', logger='silent')
+        checkpoint = CheckpointLoader.load_checkpoint(init_cfg['checkpoint'],
+                                                      map_location='cpu',
+                                                      logger='silent')
     except Exception:  # noqa: BLE001  (any failure: keys unknown)
         return None
     if not isinstance(checkpoint, Mapping):
@@ -147,8 +148,10 @@ def pretrained_keys(init_cfg: dict) -> Optional[Dict[str, Any]]:
     else:
         if not prefix.endswith('.'):
             prefix += '.'
-        keys = {k[len(prefix):]: v for k, v in state.items()
-                if k.startswith(prefix)}
+        keys = {
+            k[len(prefix):]: v
+            for k, v in state.items() if k.startswith(prefix)
+        }
     return {k: getattr(v, 'shape', None) for k, v in keys.items()}
 
 
@@ -162,8 +165,8 @@ def unfilled(backbone: nn.Module, names: Sequence[str],
     out = []
     for name in names:
         for key, value in own.items():
-            if key.startswith(name + '.') and (
-                    key not in offered or offered[key] != value.shape):
+            if key.startswith(name + '.') and (key not in offered
+                                               or offered[key] != value.shape):
                 out.append(name)
                 break
     return out

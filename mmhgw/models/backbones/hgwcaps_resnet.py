@@ -47,12 +47,9 @@ if DET_MODELS is not None:
             **kwargs: the stock ``ResNet``'s keyword arguments.
         """
 
-        def __init__(self,
-                     *args,
-                     hgw_cfg: Optional[dict] = None,
+        def __init__(self, *args, hgw_cfg: Optional[dict] = None,
                      stage_with_hgw: Sequence[bool] = (False, False, True,
-                                                       True),
-                     **kwargs):
+                                                       True), **kwargs):
             super().__init__(*args, **kwargs)
             self.swap_resnet_stages(hgw_cfg, stage_with_hgw)
 
@@ -87,12 +84,9 @@ if SEG_MODELS is not None:
             **kwargs: the stock ``ResNetV1c``'s arguments.
         """
 
-        def __init__(self,
-                     *args,
-                     hgw_cfg: Optional[dict] = None,
+        def __init__(self, *args, hgw_cfg: Optional[dict] = None,
                      stage_with_hgw: Sequence[bool] = (False, False, True,
-                                                       True),
-                     **kwargs):
+                                                       True), **kwargs):
             super().__init__(*args, **kwargs)
             self.swap_resnet_stages(hgw_cfg, stage_with_hgw)
 

@@ -2,8 +2,7 @@
 from typing import Optional, Sequence
 
 from mmhgw.registry import SEG_MODELS
-from .capsule_swap import (CapsuleSwapMixin, check_stage_flags,
-                           swap_conv_module)
+from .capsule_swap import CapsuleSwapMixin, check_stage_flags, swap_conv_module
 
 __all__ = []
 
@@ -48,12 +47,9 @@ if SEG_MODELS is not None:
             **kwargs: the stock UNet's keyword arguments.
         """
 
-        def __init__(self,
-                     *args,
-                     hgw_cfg: Optional[dict] = None,
+        def __init__(self, *args, hgw_cfg: Optional[dict] = None,
                      enc_with_hgw: Optional[Sequence[bool]] = None,
-                     dec_with_hgw: Optional[Sequence[bool]] = None,
-                     **kwargs):
+                     dec_with_hgw: Optional[Sequence[bool]] = None, **kwargs):
             super().__init__(*args, **kwargs)
             n = self.num_stages
             if enc_with_hgw is None:
@@ -67,8 +63,10 @@ if SEG_MODELS is not None:
             self.hgw_layers = []
             for i, flag in enumerate(enc_with_hgw):
                 if flag:
-                    block = [m for m in self.encoder[i]
-                             if isinstance(m, BasicConvBlock)][0]
+                    block = [
+                        m for m in self.encoder[i]
+                        if isinstance(m, BasicConvBlock)
+                    ][0]
                     _swap_conv_block(block, hgw_cfg)
                     self.hgw_layers.append(f'encoder.{i}')
             for i, flag in enumerate(dec_with_hgw):

@@ -64,28 +64,24 @@ if CLS_MODELS is not None and DET_MODELS is not None:
             110: (BasicBlock, (18, 18, 18)),
         }
 
-        def __init__(self,
-                     depth: int,
-                     base_channels: int = 16,
-                     num_stages: int = 3,
-                     strides: Sequence[int] = (1, 2, 2),
+        def __init__(self, depth: int, base_channels: int = 16,
+                     num_stages: int = 3, strides: Sequence[int] = (1, 2, 2),
                      dilations: Sequence[int] = (1, 1, 1),
                      out_indices: Sequence[int] = (2, ),
-                     norm_eval: bool = False,
-                     **kwargs):
-            super().__init__(
-                depth=depth, base_channels=base_channels,
-                num_stages=num_stages, strides=strides, dilations=dilations,
-                out_indices=out_indices, norm_eval=norm_eval, **kwargs)
+                     norm_eval: bool = False, **kwargs):
+            super().__init__(depth=depth, base_channels=base_channels,
+                             num_stages=num_stages, strides=strides,
+                             dilations=dilations, out_indices=out_indices,
+                             norm_eval=norm_eval, **kwargs)
 
         def _make_stem_layer(self, in_channels: int, stem_channels: int):
             # 32x32 inputs: the ImageNet stem's 4x downsampling would leave
             # 2x2 maps in the last stage.
-            self.conv1 = build_conv_layer(
-                self.conv_cfg, in_channels, stem_channels, kernel_size=3,
-                stride=1, padding=1, bias=False)
-            self.norm1_name, norm1 = build_norm_layer(
-                self.norm_cfg, stem_channels, postfix=1)
+            self.conv1 = build_conv_layer(self.conv_cfg, in_channels,
+                                          stem_channels, kernel_size=3,
+                                          stride=1, padding=1, bias=False)
+            self.norm1_name, norm1 = build_norm_layer(self.norm_cfg,
+                                                      stem_channels, postfix=1)
             self.add_module(self.norm1_name, norm1)
             self.relu = nn.ReLU(inplace=True)
             self.maxpool = nn.Identity()
@@ -120,9 +116,7 @@ if CLS_MODELS is not None and DET_MODELS is not None:
             **kwargs: :class:`CIFARResNet`'s keyword arguments.
         """
 
-        def __init__(self,
-                     *args,
-                     hgw_cfg: Optional[dict] = None,
+        def __init__(self, *args, hgw_cfg: Optional[dict] = None,
                      stage_with_hgw: Sequence[bool] = (False, False, True),
                      **kwargs):
             super().__init__(*args, **kwargs)
