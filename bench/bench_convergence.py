@@ -25,16 +25,13 @@ x 500 iterations; its agreement with 128 x 1000 is reported as a check.
 """
 import argparse
 import os.path as osp
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from bench.common import markdown_table, write_section  # noqa: E402
-from mmhgw.ops import cross_cost, hgw_routing  # noqa: E402
-from mmhgw.ot import GWTerms, gw_factors, hgw_value  # noqa: E402
-from mmhgw.ot import round_to_polytope  # noqa: E402
+from mmhgw.benchmarking import markdown_table, write_section
+from mmhgw.ops import cross_cost, hgw_routing
+from mmhgw.ot import GWTerms, gw_factors, hgw_value, round_to_polytope
 
 SETTINGS = [  # (eps, proximal steps, Sinkhorn iterations)
     (1e-3, 2, 3), (1e-3, 2, 20), (1e-3, 4, 20), (1e-3, 4, 50),

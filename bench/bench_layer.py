@@ -5,16 +5,14 @@ forward+backward time, memory kept for backward (CPU) or peak memory (CUDA).
         [--backend auto] [--cases 256x8x14x14,...] [--no-write] [--json FILE]
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from bench.common import (markdown_table, median_time, peak_cuda_bytes,  # noqa
-                          save_json, saved_for_backward_bytes, write_section)
-from mmhgw.models import HGWCaps  # noqa: E402
+from mmhgw.benchmarking import (markdown_table, median_time, peak_cuda_bytes,
+                                save_json, saved_for_backward_bytes,
+                                write_section)
+from mmhgw.models import HGWCaps
 
 CASES = [  # (channels, batch, H, W)
     (256, 8, 14, 14),
@@ -53,8 +51,10 @@ def measure(module, x, device, repeats):
         module.zero_grad(set_to_none=True)
         module(x).square().mean().backward()
 
-    row = [median_time(forward, device, repeats),
-           median_time(train_step, device, repeats)]
+    row = [
+        median_time(forward, device, repeats),
+        median_time(train_step, device, repeats)
+    ]
     if torch.device(device).type == 'cuda':
         row.append(peak_cuda_bytes(train_step))
     else:
@@ -67,11 +67,11 @@ def measure_case(channels, batch, H, W, device, routing, backend, repeats):
     torch.manual_seed(0)
     x = torch.randn(batch, channels, H, W, device=device)
     conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False).to(device)
-    caps = HGWCaps(channels, channels, 3, padding=1, in_types=32,
-                   out_types=32, routing=routing, backend=backend).to(device)
+    caps = HGWCaps(channels, channels, 3, padding=1, in_types=32, out_types=32,
+                   routing=routing, backend=backend).to(device)
     return dict(case=[channels, batch, H, W], conv_params=params(conv),
-                hgw_params=params(caps),
-                conv=measure(conv, x, device, repeats),
+                hgw_params=params(caps), conv=measure(conv, x, device,
+                                                      repeats),
                 hgw=measure(caps, x, device, repeats)), caps.solver_cfg
 
 
@@ -90,8 +90,7 @@ def table(results, cuda):
         ])
     return markdown_table([
         'case', 'conv params', 'HGW params', 'conv fwd', 'HGW fwd',
-        'conv fwd+bwd', 'HGW fwd+bwd', f'conv {mem} (MiB)',
-        f'HGW {mem} (MiB)'
+        'conv fwd+bwd', 'HGW fwd+bwd', f'conv {mem} (MiB)', f'HGW {mem} (MiB)'
     ], rows)
 
 
@@ -103,8 +102,8 @@ def section_body(results, solver_cfg, routing, backend, cuda):
         f'{solver_cfg["outer_iters"]} proximal steps x '
         f'{solver_cfg["inner_iters"]} Sinkhorn iterations, envelope '
         f'gradients, routing={routing}, backend={backend}. Times are '
-        'medians in ms, ratios against the convolution in the same run.\n\n'
-        + table(results, cuda))
+        'medians in ms, ratios against the convolution in the same run.\n\n' +
+        table(results, cuda))
 
 
 def main():
@@ -113,8 +112,8 @@ def main():
     parser.add_argument('--routing', default='hgw')
     parser.add_argument('--backend', default='auto',
                         help="routing kernels: auto, cpp, triton or torch")
-    parser.add_argument('--cases', default=','.join(
-        'x'.join(map(str, c)) for c in CASES),
+    parser.add_argument(
+        '--cases', default=','.join('x'.join(map(str, c)) for c in CASES),
         help='comma-separated CxBxHxW (channels, batch, height, width)')
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--no-write', action='store_true')
@@ -131,18 +130,17 @@ def main():
                                           args.backend, args.repeats)
         results.append(result)
         print(result, flush=True)
-    body = section_body(results, solver_cfg, args.routing, args.backend,
-                        cuda)
+    body = section_body(results, solver_cfg, args.routing, args.backend, cuda)
     print(body)
     if args.json:
         save_json(args.json, args.device, results=results,
                   solver_cfg=solver_cfg, routing=args.routing,
                   backend=args.backend)
     if not args.no_write:
-        key = f'layer-{args.routing}-{args.backend}-' + (
-            'cuda' if cuda else 'cpu')
-        write_section(key, f'HGWCaps layer vs 3x3 convolution ({key})',
-                      body, args.device)
+        key = f'layer-{args.routing}-{args.backend}-' + ('cuda'
+                                                         if cuda else 'cpu')
+        write_section(key, f'HGWCaps layer vs 3x3 convolution ({key})', body,
+                      args.device)
 
 
 if __name__ == '__main__':

@@ -1,12 +1,13 @@
 """HGWCaps-ResNet against the stock ResNet, side by side in one run.
 
 Backbones (HGWCaps-R50/R101 vs ResNet-50/101, 224x224) and Mask R-CNN
-(HGWCaps-R50 vs R-50 FPN, 800x1333, batch 1 or ``--batch``): parameters, FLOPs with the HGW
-ops counted (:mod:`mmhgw.analysis.flops`), inference latency, training step
-time and training-step peak memory, for the capsule routing ``'hgw'``, the
-``'uniform'`` routing (no optimal transport) and the plain convolution
-(stock). Every model is measured in a fresh process of its own, one after
-the other, and ratios are taken against the stock model of the same run.
+(HGWCaps-R50 vs R-50 FPN, 800x1333, batch 1 or ``--batch``): parameters,
+FLOPs with the HGW ops counted (:mod:`mmhgw.analysis.flops`), inference
+latency, training step time and training-step peak memory, for the capsule
+routing ``'hgw'``, the ``'uniform'`` routing (no optimal transport) and the
+plain convolution (stock). Every model is measured in a fresh process of its
+own, one after the other, and ratios are taken against the stock model of
+the same run.
 
 Peak memory: on a CPU, the growth of the resident set (RSS high-water mark)
 over one training step, from the resident size just before it, measured in
@@ -32,34 +33,36 @@ import time
 
 import torch
 
+from mmhgw.benchmarking import (markdown_table, median_time, save_json, sync,
+                                write_section)
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from bench.common import (markdown_table, median_time, save_json,  # noqa
-                          sync, write_section)
 
 STOCK_MRCNN = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
-HGW_MRCNN = osp.join(ROOT, 'configs/mask_rcnn/'
-                     'mask-rcnn_hgwcaps-r50_fpn_1x_coco.py')
+HGW_MRCNN = osp.join(ROOT,
+                     'configs/mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py')
 
 #: name -> (group, what to build). The first of each group is its baseline.
 MODELS = {
     'ResNet-50': ('backbones', dict(depth=50)),
     'HGWCaps-R50 (hgw)': ('backbones', dict(depth=50, routing='hgw')),
-    'HGWCaps-R50 (uniform)': ('backbones', dict(depth=50,
-                                                routing='uniform')),
-    'HGWCaps-R50 (hgw, torch reference)': ('backbones', dict(
-        depth=50, routing='hgw', backend='torch')),
-    'HGWCaps-R50 (hgw, 16 in-types)': ('backbones', dict(
-        depth=50, routing='hgw', in_types=16)),
+    'HGWCaps-R50 (uniform)': ('backbones', dict(depth=50, routing='uniform')),
+    'HGWCaps-R50 (hgw, torch reference)': ('backbones',
+                                           dict(depth=50, routing='hgw',
+                                                backend='torch')),
+    'HGWCaps-R50 (hgw, 16 in-types)': ('backbones',
+                                       dict(depth=50, routing='hgw',
+                                            in_types=16)),
     'ResNet-101': ('backbones-101', dict(depth=101)),
     'HGWCaps-R101 (hgw)': ('backbones-101', dict(depth=101, routing='hgw')),
-    'HGWCaps-R101 (uniform)': ('backbones-101', dict(depth=101,
-                                                     routing='uniform')),
+    'HGWCaps-R101 (uniform)': ('backbones-101',
+                               dict(depth=101, routing='uniform')),
     'Mask R-CNN R-50': ('mask-rcnn', dict(config=STOCK_MRCNN)),
-    'Mask R-CNN HGWCaps-R50 (hgw)': ('mask-rcnn', dict(config=HGW_MRCNN,
-                                                       routing='hgw')),
-    'Mask R-CNN HGWCaps-R50 (uniform)': ('mask-rcnn', dict(
-        config=HGW_MRCNN, routing='uniform')),
+    'Mask R-CNN HGWCaps-R50 (hgw)': ('mask-rcnn',
+                                     dict(config=HGW_MRCNN, routing='hgw')),
+    'Mask R-CNN HGWCaps-R50 (uniform)': ('mask-rcnn',
+                                         dict(config=HGW_MRCNN,
+                                              routing='uniform')),
 }
 GROUPS = {
     'backbones': ('backbones', 'backbones-101'),
@@ -87,10 +90,12 @@ def build_backbone(spec):
     if 'routing' not in spec:
         cfg = dict(type='ResNet', depth=spec['depth'])
     else:
-        hgw = Config.fromfile(
-            osp.join(ROOT, 'configs/_base_/hgwcaps.py')).hgw_cfg.to_dict()
-        hgw.update({k: spec[k] for k in ('routing', 'in_types', 'backend')
-                    if k in spec})
+        hgw = Config.fromfile(osp.join(
+            ROOT, 'configs/_base_/hgwcaps.py')).hgw_cfg.to_dict()
+        hgw.update({
+            k: spec[k]
+            for k in ('routing', 'in_types', 'backend') if k in spec
+        })
         cfg = dict(type='HGWCapsResNet', depth=spec['depth'], hgw_cfg=hgw)
     model = DET_MODELS.build(cfg)
     model.init_weights()
@@ -98,12 +103,12 @@ def build_backbone(spec):
 
 
 def build_detector(spec):
-    from mmhgw.testing import build_model_for_test, load_config_for_test
-    cfg = load_config_for_test(spec['config'])
+    from mmhgw.config_utils import build_config_model, load_offline_config
+    cfg = load_offline_config(spec['config'])
     for key in ('routing', 'backend'):
         if key in spec:
             cfg.model.backbone.hgw_cfg[key] = spec[key]
-    return build_model_for_test(cfg, init=True)
+    return build_config_model(cfg, init=True)
 
 
 def detector_batch(device, batch=1):
@@ -200,9 +205,13 @@ def worker(name, device, repeats, measure, batch=1):
 
 
 def run_worker(name, device, repeats, measure, batch=1):
-    cmd = [sys.executable, osp.abspath(__file__), '--worker', name,
-           '--measure', measure, '--device', device, '--repeats',
-           str(repeats), '--batch', str(batch)]
+    cmd = [
+        sys.executable,
+        osp.abspath(__file__), '--worker', name, '--measure', measure,
+        '--device', device, '--repeats',
+        str(repeats), '--batch',
+        str(batch)
+    ]
     env = dict(os.environ)
     if measure == 'memory':
         env['MALLOC_MMAP_THRESHOLD_'] = '65536'
@@ -226,8 +235,10 @@ def ratio(value, base):
 
 
 def table(results):
-    header = ['model', 'params', 'FLOPs (all ops)', 'of which products',
-              'in HGWCaps', 'inference', 'train step', 'train peak mem']
+    header = [
+        'model', 'params', 'FLOPs (all ops)', 'of which products',
+        'in HGWCaps', 'inference', 'train step', 'train peak mem'
+    ]
     rows, base = [], None
     for r in results:
         base = r if base is None or r['group'] != base['group'] else base
@@ -253,13 +264,15 @@ def section(group_name, results, repeats, batch, device):
     sections = {
         'backbones': ('models-backbones', 'HGWCaps-ResNet vs ResNet '
                       'backbones, 224x224 (train: batch 2)'),
-        'mask-rcnn': ('models-mask-rcnn' + (
-            f'-b{batch}' if batch > 1 else ''), 'Mask R-CNN '
-            f'HGWCaps-R50 vs R-50 FPN, 800x1333, batch {batch}'),
+        'mask-rcnn': ('models-mask-rcnn' + (f'-b{batch}' if batch > 1 else ''),
+                      'Mask R-CNN '
+                      f'HGWCaps-R50 vs R-50 FPN, 800x1333, batch {batch}'),
     }
-    images = {'backbones': 'inference and FLOPs on one image',
-              'mask-rcnn': f'inference on the batch of {batch}, FLOPs '
-              'on one image'}
+    images = {
+        'backbones': 'inference and FLOPs on one image',
+        'mask-rcnn': f'inference on the batch of {batch}, FLOPs '
+        'on one image'
+    }
     key, title = sections[group_name]
     return (f'{key}-{device}', f'{title} ({device})',
             table(results) + f'\n\nMedian of {repeats} runs; '
@@ -272,12 +285,14 @@ def main():
                         choices=sorted(GROUPS) + ['all'])
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--repeats', type=int, default=3)
-    parser.add_argument('--batch', type=int, default=1,
-                        help='images per Mask R-CNN batch (backbones: '
-                        f'{BACKBONE_TRAIN_BATCH} in training, 1 in inference)')
-    parser.add_argument('--routings', default='hgw,uniform',
-                        help='comma-separated routings of the HGWCaps models '
-                        'to measure beside the stock one')
+    parser.add_argument(
+        '--batch', type=int, default=1,
+        help='images per Mask R-CNN batch (backbones: '
+        f'{BACKBONE_TRAIN_BATCH} in training, 1 in inference)')
+    parser.add_argument(
+        '--routings', default='hgw,uniform',
+        help='comma-separated routings of the HGWCaps models '
+        'to measure beside the stock one')
     parser.add_argument('--no-write', action='store_true')
     parser.add_argument('--json', help='also write the measurements here')
     parser.add_argument('--worker', help=argparse.SUPPRESS)
@@ -289,14 +304,18 @@ def main():
     if args.batch < 1:
         parser.error('--batch must be >= 1')
     routings = args.routings.split(',')
-    known = {spec['routing'] for _, spec in MODELS.values()
-             if 'routing' in spec}
+    known = {
+        spec['routing']
+        for _, spec in MODELS.values() if 'routing' in spec
+    }
     if not set(routings) <= known:
         parser.error(f'--routings: expected some of {sorted(known)}, got '
                      f'{args.routings!r}')
     if args.worker:
-        print(json.dumps(worker(args.worker, args.device, args.repeats,
-                                args.measure, args.batch)))
+        print(
+            json.dumps(
+                worker(args.worker, args.device, args.repeats, args.measure,
+                       args.batch)))
         return
 
     groups = {}
@@ -307,8 +326,8 @@ def main():
                     'routing', routings[0]) in routings:
                 print(f'measuring {name} ...', flush=True)
                 batch = args.batch if group_name == 'mask-rcnn' else 1
-                results.append(measure_model(name, args.device,
-                                             args.repeats, batch))
+                results.append(
+                    measure_model(name, args.device, args.repeats, batch))
         groups[group_name] = results
         key, title, body = section(group_name, results, args.repeats,
                                    args.batch, args.device)
@@ -316,8 +335,8 @@ def main():
         if not args.no_write:
             write_section(key, title, body, device=args.device)
     if args.json:
-        save_json(args.json, args.device, groups=groups,
-                  repeats=args.repeats, batch=args.batch)
+        save_json(args.json, args.device, groups=groups, repeats=args.repeats,
+                  batch=args.batch)
 
 
 if __name__ == '__main__':

@@ -15,19 +15,14 @@ they are medians of ``--repeats`` runs.
         [--json FILE]
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 from torch import nn
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from bench.common import (markdown_table, median_time, save_json,  # noqa
-                          write_section)
-
-from mmhgw.ops import hgw_routing  # noqa: E402
-from mmhgw.testing import routing_inputs  # noqa: E402
+from mmhgw.benchmarking import (markdown_table, median_time,
+                                random_routing_inputs, save_json,
+                                write_section)
+from mmhgw.ops import hgw_routing
 
 H, W, CHANNELS = 50, 84, 256
 IN_TYPES, OUT_TYPES, PARTS, DIM = 32, 32, 8, 8
@@ -47,12 +42,12 @@ def parse_feature_map(text):
 
 def layer_inputs(locations, device, seed=0):
     """Float32 inputs of the op at a capsule layer's sizes
-    (:func:`mmhgw.testing.routing_inputs`) and a pose map."""
-    inputs = routing_inputs(locations, OUT_TYPES, IN_TYPES, PARTS, DIM,
-                            torch.float32, seed)
+    (:func:`mmhgw.benchmarking.random_routing_inputs`) and a pose map."""
+    inputs = random_routing_inputs(locations, OUT_TYPES, IN_TYPES, PARTS, DIM,
+                                   torch.float32, seed)
     g = torch.Generator().manual_seed(seed + 1)
-    pose_weight = torch.randn(OUT_TYPES, PARTS * DIM,
-                              CHANNELS // OUT_TYPES, generator=g)
+    pose_weight = torch.randn(OUT_TYPES, PARTS * DIM, CHANNELS // OUT_TYPES,
+                              generator=g)
     return [t.to(device) for t in (*inputs, pose_weight)]
 
 
@@ -66,6 +61,7 @@ def timer(device, repeats):
 
         def measure(fn):
             return median_time(fn, device, repeats)
+
     return measure
 
 
@@ -94,8 +90,7 @@ def measure_op(backend, batch, device, measure, shape=(H, W)):
 
 def measure_conv(batch, device, measure, shape=(H, W)):
     conv = nn.Conv2d(CHANNELS, CHANNELS, 3, padding=1, bias=False).to(device)
-    x = torch.randn(batch, CHANNELS, *shape, device=device,
-                    requires_grad=True)
+    x = torch.randn(batch, CHANNELS, *shape, device=device, requires_grad=True)
 
     def forward():
         with torch.no_grad():
@@ -113,8 +108,8 @@ def table(rows, shape=(H, W)):
             f'{batch}x{shape[0]}x{shape[1]}', backend,
             f'{fwd * 1e3:.2f} ({fwd / cf:.0f}x)',
             f'{both * 1e3:.2f} ({both / cb:.0f}x)',
-            '-' if peak is None else f'{peak / 2**20:.0f}',
-            f'{cf * 1e3:.3f}', f'{cb * 1e3:.3f}'
+            '-' if peak is None else f'{peak / 2**20:.0f}', f'{cf * 1e3:.3f}',
+            f'{cb * 1e3:.3f}'
         ])
     return markdown_table([
         'feature map', 'backend', 'op fwd (ms, vs conv)',
@@ -131,21 +126,23 @@ def section_body(rows, shape=(H, W), cuda=False):
             f'of {PARTS} parts, eps={SOLVER["eps"]:g}, '
             f'{SOLVER["outer_iters"]}x{SOLVER["inner_iters"]} iterations, '
             'float32) against the 3x3 convolution on the same feature map. '
-            f'{timer}; ratios against the convolution of the same run.\n\n'
-            + table(rows, shape))
+            f'{timer}; ratios against the convolution of the same run.\n\n' +
+            table(rows, shape))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cpu')
-    parser.add_argument('--backends', default=None,
-                        help='comma-separated; default: triton,torch on '
-                        'CUDA, cpp,torch on the CPU')
+    parser.add_argument(
+        '--backends', default=None,
+        help='comma-separated; default: triton,torch on '
+        'CUDA, cpp,torch on the CPU')
     parser.add_argument('--batches', default='1',
                         help='comma-separated images per feature map')
-    parser.add_argument('--feature-map', default=f'{H}x{W}',
-                        help='HxW of the feature map (default: stage 3 of '
-                        'Mask R-CNN at 800x1333)')
+    parser.add_argument(
+        '--feature-map', default=f'{H}x{W}',
+        help='HxW of the feature map (default: stage 3 of '
+        'Mask R-CNN at 800x1333)')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--no-write', action='store_true')
     parser.add_argument('--json', help='also write the measurements here')

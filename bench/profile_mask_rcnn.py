@@ -13,36 +13,47 @@ Two views of one ``predict`` on one image, after a warm-up call:
     python bench/profile_mask_rcnn.py [--device cuda] [--no-write]
 """
 import argparse
-import os.path as osp
-import sys
 import time
 from collections import defaultdict
 
 import torch
+# bench_models: the script beside this one (a script's folder is on the
+# import path).
+from bench_models import HGW_MRCNN, STOCK_MRCNN, build_detector, detector_batch
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from bench.bench_models import (HGW_MRCNN, STOCK_MRCNN,  # noqa: E402
-                                build_detector, detector_batch)
-from bench.common import markdown_table, sync, write_section  # noqa: E402
+from mmhgw.benchmarking import markdown_table, sync, write_section
 
 #: aten op name -> kind, by first matching substring.
 OP_KINDS = (
     ('conv', 'convolution'),
-    ('mm', 'matrix products'), ('einsum', 'matrix products'),
-    ('matmul', 'matrix products'), ('linear', 'matrix products'),
-    ('exp', 'exp / log'), ('log', 'exp / log'),
-    ('sum', 'reductions'), ('amax', 'reductions'), ('max', 'reductions'),
-    ('min', 'reductions'), ('mean', 'reductions'),
-    ('copy', 'data movement'), ('cat', 'data movement'),
-    ('clone', 'data movement'), ('contiguous', 'data movement'),
-    ('index', 'data movement'), ('fill', 'data movement'),
+    ('mm', 'matrix products'),
+    ('einsum', 'matrix products'),
+    ('matmul', 'matrix products'),
+    ('linear', 'matrix products'),
+    ('exp', 'exp / log'),
+    ('log', 'exp / log'),
+    ('sum', 'reductions'),
+    ('amax', 'reductions'),
+    ('max', 'reductions'),
+    ('min', 'reductions'),
+    ('mean', 'reductions'),
+    ('copy', 'data movement'),
+    ('cat', 'data movement'),
+    ('clone', 'data movement'),
+    ('contiguous', 'data movement'),
+    ('index', 'data movement'),
+    ('fill', 'data movement'),
     ('empty', 'data movement'),
-    ('add', 'other elementwise'), ('sub', 'other elementwise'),
-    ('mul', 'other elementwise'), ('div', 'other elementwise'),
-    ('clamp', 'other elementwise'), ('neg', 'other elementwise'),
-    ('pow', 'other elementwise'), ('sqrt', 'other elementwise'),
-    ('reciprocal', 'other elementwise'), ('relu', 'other elementwise'),
+    ('add', 'other elementwise'),
+    ('sub', 'other elementwise'),
+    ('mul', 'other elementwise'),
+    ('div', 'other elementwise'),
+    ('clamp', 'other elementwise'),
+    ('neg', 'other elementwise'),
+    ('pow', 'other elementwise'),
+    ('sqrt', 'other elementwise'),
+    ('reciprocal', 'other elementwise'),
+    ('relu', 'other elementwise'),
     ('batch_norm', 'other elementwise'),
 )
 
@@ -111,7 +122,8 @@ def by_part(config, device):
         restore()
     t = timers.total
     parts = [
-        ('HGW routing op (hgw_routing: solve, value, parts, pose map)', t['solver']),
+        ('HGW routing op (hgw_routing: solve, value, parts, pose map)',
+         t['solver']),
         ('capsule grouped conv (embed)', t['grouped conv']),
         ('capsule layer, rest (structures, factors, activations)',
          t['capsule layers'] - t['solver'] - t['grouped conv']),
@@ -135,8 +147,8 @@ def by_op_kind(model, image, samples, device):
     for event in prof.key_averages():
         if not event.key.startswith('aten::'):
             continue
-        self_us = (event.self_device_time_total if use_cuda else
-                   event.self_cpu_time_total)
+        self_us = (event.self_device_time_total
+                   if use_cuda else event.self_cpu_time_total)
         kinds[op_kind(event.key)] += self_us
         ops.append((self_us, event.key, event.count))
     return kinds, sorted(ops, reverse=True)[:10]
@@ -154,8 +166,10 @@ def main():
     rows = [[name, f'{sec:.2f} s', f'{100 * sec / total:.0f}%']
             for name, sec in parts]
     rows.append(['**total predict**', f'{total:.2f} s', '100%'])
-    rows.append(['stock R-50 predict (same run)', f'{stock_total:.2f} s',
-                 f'HGW / stock: {total / stock_total:.1f}x'])
+    rows.append([
+        'stock R-50 predict (same run)', f'{stock_total:.2f} s',
+        f'HGW / stock: {total / stock_total:.1f}x'
+    ])
     part_table = markdown_table(['part', 'time', 'share'], rows)
 
     kinds, top = by_op_kind(model, image, samples, args.device)
@@ -164,9 +178,9 @@ def main():
         ['operator kind', 'self time', 'share'],
         [[k, f'{us / 1e6:.2f} s', f'{100 * us / all_us:.0f}%']
          for k, us in sorted(kinds.items(), key=lambda kv: -kv[1])])
-    top_table = markdown_table(
-        ['op', 'self time', 'calls'],
-        [[name, f'{us / 1e6:.2f} s', count] for us, name, count in top])
+    top_table = markdown_table(['op', 'self time', 'calls'],
+                               [[name, f'{us / 1e6:.2f} s', count]
+                                for us, name, count in top])
     text = (f'By part (wall clock, one predict after a warm-up):\n\n'
             f'{part_table}\n\nBy operator kind (profiler self time, '
             f'aten ops only; the profiler adds overhead):\n\n{kind_table}'
@@ -174,9 +188,10 @@ def main():
     print(text)
     if not args.no_write:
         device = torch.device(args.device).type
-        write_section(f'profile-mask-rcnn-{device}',
-                      f'Profile: Mask R-CNN HGWCaps-R50 inference, '
-                      f'800x1333 ({device})', text, device=args.device)
+        write_section(
+            f'profile-mask-rcnn-{device}',
+            f'Profile: Mask R-CNN HGWCaps-R50 inference, '
+            f'800x1333 ({device})', text, device=args.device)
 
 
 if __name__ == '__main__':

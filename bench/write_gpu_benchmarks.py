@@ -26,11 +26,10 @@ import argparse
 import json
 import os.path as osp
 import shlex
-import sys
+
+from mmhgw.benchmarking import DOC, markdown_table, write_section
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from bench.common import DOC, markdown_table, write_section  # noqa: E402
 
 #: Arguments of the stage commands that only route the results.
 PLUMBING = {'--no-write': 0, '--json': 1, '--work-dir': 1}
@@ -54,8 +53,9 @@ def short_command(command):
         elif word in PLUMBING:
             skip = PLUMBING[word]
         else:
-            kept.append(osp.relpath(word, ROOT)
-                        if word.startswith(ROOT + osp.sep) else word)
+            kept.append(
+                osp.relpath(word, ROOT) if word.startswith(ROOT +
+                                                           osp.sep) else word)
     return shlex.join(['python'] + kept)
 
 
@@ -68,8 +68,8 @@ def machine_text(report):
                  f'{env.get("triton")}, Python {env.get("python")}, numpy '
                  f'{env.get("numpy")}, mmcv {env.get("mmcv")}')
     text = '; '.join(parts)
-    return ('dry run on a CPU (not GPU figures): ' + text
-            if report.get('dry_run') else text)
+    return ('dry run on a CPU (not GPU figures): ' +
+            text if report.get('dry_run') else text)
 
 
 def info(report, stage=None):
@@ -88,7 +88,7 @@ def ok(report, stage):
 
 
 def op_section(report, doc):
-    from bench import bench_op
+    import bench_op  # a script beside this one
     result = report['stages']['bench-op']['result']
     body = bench_op.section_body([tuple(r) for r in result['rows']],
                                  tuple(result['feature_map']),
@@ -99,7 +99,7 @@ def op_section(report, doc):
 
 
 def layer_section(report, doc):
-    from bench import bench_layer
+    import bench_layer  # a script beside this one
     r = report['stages']['bench-layer']['result']
     body = bench_layer.section_body(r['results'], r['solver_cfg'],
                                     r['routing'], r['backend'],
@@ -110,11 +110,11 @@ def layer_section(report, doc):
 
 
 def mask_rcnn_section(report, doc):
-    from bench import bench_models
+    import bench_models  # a script beside this one
     r = report['stages']['bench-mask-rcnn']['result']
-    key, title, body = bench_models.section(
-        'mask-rcnn', r['groups']['mask-rcnn'], r['repeats'], r['batch'],
-        'cuda')
+    key, title, body = bench_models.section('mask-rcnn',
+                                            r['groups']['mask-rcnn'],
+                                            r['repeats'], r['batch'], 'cuda')
     write_section(key, title, body, info=info(report, 'bench-mask-rcnn'),
                   doc=doc)
 
@@ -138,11 +138,10 @@ def training_rows(report):
             ratio = ''
             if label != 'stock' and time_s and stock.get('iter_time_s'):
                 ratio = f' ({time_s / stock["iter_time_s"]:.2f}x)'
-            problem = ('stopped at its time limit' if run.get('timed_out')
-                       else f'exit {run["returncode"]}'
-                       if run.get('returncode') else
-                       '' if run.get('losses_finite') else
-                       'non-finite loss')
+            problem = (
+                'stopped at its time limit' if run.get('timed_out') else
+                f'exit {run["returncode"]}' if run.get('returncode') else
+                '' if run.get('losses_finite') else 'non-finite loss')
             loss = (f'{run["loss_first"]:.3f} -> {run["loss_last"]:.3f}'
                     if run.get('loss_first') is not None else '-')
             rows.append([
@@ -150,7 +149,8 @@ def training_rows(report):
                 f'{run.get("iters", 0)} of {result["iters"]}',
                 f'{time_s * 1e3:.0f}{ratio}' if time_s else '-', loss,
                 f'{run["memory_mib"]:.0f}' if run.get('memory_mib') else '-',
-                metric_text(run), problem or 'ok'])
+                metric_text(run), problem or 'ok'
+            ])
     return rows
 
 
@@ -158,8 +158,10 @@ def training_section(report, doc):
     rows = training_rows(report)
     if not rows:
         return
-    results = [report['stages'][s]['result'] for s in FAMILIES
-               if (report['stages'].get(s) or {}).get('result')]
+    results = [
+        report['stages'][s]['result'] for s in FAMILIES
+        if (report['stages'].get(s) or {}).get('result')
+    ]
     amp = any(r['amp'] for r in results)
     interval = max(r['log_interval'] for r in results)
     body = (
@@ -172,12 +174,12 @@ def training_section(report, doc):
         'search, Triton\'s compilation); ratio against the stock model of '
         'the same family. Losses: first and last logged interval. Memory: '
         'mmengine\'s peak CUDA allocation. Metric: the validation after '
-        'the last iteration.\n\n' +
-        markdown_table(['model', 'variant', 'iterations', 'ms / iteration',
-                        'loss', 'peak memory (MiB)', 'metric', 'run'], rows))
+        'the last iteration.\n\n' + markdown_table([
+            'model', 'variant', 'iterations', 'ms / iteration', 'loss',
+            'peak memory (MiB)', 'metric', 'run'
+        ], rows))
     write_section('training-amp-cuda', 'Training with AMP: HGWCaps vs stock '
-                  '(training-amp-cuda)', body,
-                  info=info(report), doc=doc)
+                  '(training-amp-cuda)', body, info=info(report), doc=doc)
 
 
 def tests_text(name, result):
@@ -194,34 +196,38 @@ def suite_section(report, doc):
     keys = ('device', 'device_memory_gib', 'nvidia_smi', 'nvcc', 'cpu_count',
             'python', 'torch', 'cuda', 'cudnn', 'triton', 'numpy', 'scipy',
             'opencv-python-headless', 'setuptools', 'mmcv', 'mmengine',
-            'mmdet', 'mmsegmentation', 'mmpretrain', 'shapely',
-            'pycocotools', 'pot')
-    env_table = markdown_table(['', 'version'], [[k, env[k]] for k in keys
-                                                 if env.get(k) is not None])
+            'mmdet', 'mmsegmentation', 'mmpretrain', 'shapely', 'pycocotools',
+            'pot')
+    env_table = markdown_table(['', 'version'],
+                               [[k, env[k]]
+                                for k in keys if env.get(k) is not None])
     stage_rows = []
     for name, stage in report['stages'].items():
         reason = (stage.get('reason') or '').strip().splitlines()
-        stage_rows.append([name, stage['status'],
-                           stage.get('seconds', '-'),
-                           reason[-1][:160].replace('|', '/') if reason
-                           else ''])
-    tests = [tests_text(label, report['stages'][name]['result'])
-             for name, label in (('test-cuda', '`tests/test_cuda.py`'),
-                                 ('tests', 'whole suite'))
-             if (report['stages'].get(name, {}).get('result') or {})
-             .get('tests') is not None]
+        stage_rows.append([
+            name, stage['status'],
+            stage.get('seconds', '-'),
+            reason[-1][:160].replace('|', '/') if reason else ''
+        ])
+    tests = [
+        tests_text(label, report['stages'][name]['result'])
+        for name, label in (('test-cuda', '`tests/test_cuda.py`'),
+                            ('tests', 'whole suite'))
+        if (report['stages'].get(name, {}).get('result') or {}
+            ).get('tests') is not None
+    ]
     cpus = report['cpus']
     cores = (f'all stages shared the same {len(cpus["timing"])} cores'
              if cpus['timing'] == cpus['build'] else
              f'the timed stages ran on {len(cpus["timing"])} cores of their '
              f'own, the mmcv build and the test suite on the other '
              f'{len(cpus["build"])}')
-    body = (f'Budget {report["budget_s"]:.0f} s, '
-            f'{report.get("elapsed_s", 0):.0f} s used; {cores}.\n\n'
-            + env_table + '\n\n' +
-            markdown_table(['stage', 'status', 'seconds', 'note'],
-                           stage_rows) +
-            ('\n\n' + '\n\n'.join(tests) if tests else ''))
+    body = (
+        f'Budget {report["budget_s"]:.0f} s, '
+        f'{report.get("elapsed_s", 0):.0f} s used; {cores}.\n\n' + env_table +
+        '\n\n' +
+        markdown_table(['stage', 'status', 'seconds', 'note'], stage_rows) +
+        ('\n\n' + '\n\n'.join(tests) if tests else ''))
     write_section('gpu-suite-cuda', 'GPU suite run (gpu-suite-cuda)', body,
                   info=info(report), doc=doc)
 

@@ -12,6 +12,7 @@ from .version import __version__
 allow_mmengine_checkpoints()
 
 from . import analysis, datasets, engine, evaluation, models  # noqa: E402,F401
+
 # (registration: modules, datasets, hooks, and the routing op's FLOP
 # handle with mmengine's analyzers)
 

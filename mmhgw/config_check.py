@@ -64,8 +64,8 @@ class _Scopes:
             return self.root
         if scope not in self._cache:
             registries = _scope_registries(scope)
-            self._cache[scope] = (self.root | _names(registries)
-                                  if registries else None)
+            self._cache[scope] = (self.root
+                                  | _names(registries) if registries else None)
         return self._cache[scope]
 
 
@@ -147,5 +147,5 @@ def check_registry_types(cfg, source: Optional[str] = None):
         lines.append(f'{path} = {name!r}{hint}')
     raise ConfigTypeError(
         f'{source}: unknown type name{"s" if len(bad) > 1 else ""}, '
-        f'registered nowhere in scope {scope!r} or mmengine: '
-        + '; '.join(lines))
+        f'registered nowhere in scope {scope!r} or mmengine: ' +
+        '; '.join(lines))

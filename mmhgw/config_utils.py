@@ -1,4 +1,9 @@
-"""Config helpers shared by the tools."""
+"""Config helpers shared by the tools: loading a config (also one to build
+offline on a CPU), merging command-line options, building a config's
+model."""
+import logging
+from typing import Optional, Tuple
+
 from mmengine.config import Config
 
 
@@ -33,6 +38,44 @@ def sync_bn_to_bn(node):
             sync_bn_to_bn(value)
 
 
+def load_offline_config(path: str, seg_size: Optional[Tuple[int, int]] = None,
+                        keep_init: bool = False) -> Config:
+    """The config ``path`` made ready to build offline on one CPU process.
+
+    Pretrained weights cannot be fetched offline, so ``init_cfg`` /
+    ``pretrained`` are dropped (unless ``keep_init``); SyncBN becomes BN
+    (it needs a process group); ``seg_size`` shrinks mmseg's fixed input
+    padding size.
+    """
+    cfg = load_config(path)
+    if not keep_init:
+        cfg.model.pop('pretrained', None)
+        cfg.model.backbone.init_cfg = None
+    sync_bn_to_bn(cfg.model)
+    if seg_size is not None:
+        cfg.model.data_preprocessor.size = seg_size
+    return cfg
+
+
+def build_config_model(cfg: Config, init: bool = True):
+    """Build ``cfg.model`` in the config's default scope, with its weights
+    initialised when ``init``: quietly, warnings aside (mmengine logs a
+    line per parameter, which buries a tool's own output)."""
+    from mmengine.logging import MMLogger
+    from mmengine.registry import MODELS, init_default_scope
+    init_default_scope(cfg.get('default_scope', 'mmengine'))
+    model = MODELS.build(cfg.model)
+    if init:
+        logger = MMLogger.get_current_instance()
+        level = logger.level
+        logger.setLevel(max(level, logging.WARNING))
+        try:
+            model.init_weights()
+        finally:
+            logger.setLevel(level)
+    return model
+
+
 def add_runner_args(parser):
     """The options the train and test tools share (as the stock tools):
     ``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local_rank``."""
@@ -52,8 +95,7 @@ def merge_cfg_options(cfg: Config, options, set_by_command_line=None):
     modules of a ``custom_imports`` among them."""
     if not options:
         return
-    from mmhgw.engine.preflight import (check_cfg_options,
-                                        import_option_modules)
+    from mmhgw.engine.preflight import check_cfg_options, import_option_modules
     check_cfg_options(cfg, options, set_by_command_line)
     cfg.merge_from_dict(options)
     import_option_modules(cfg, options)

@@ -61,16 +61,18 @@ def _convert_opset(model, opset_version: int):
     if opset_version < 18:
         for node in model.graph.node:
             if node.op_type in _REDUCTIONS:
-                keep = [a for a in node.attribute
-                        if a.name != 'noop_with_empty_axes']
+                keep = [
+                    a for a in node.attribute
+                    if a.name != 'noop_with_empty_axes'
+                ]
                 del node.attribute[:]
                 node.attribute.extend(keep)
     onnx.checker.check_model(model)
     return model
 
 
-def export_onnx(model: nn.Module, args: Tuple[torch.Tensor, ...],
-                path: str, *, opset_version: int = 17,
+def export_onnx(model: nn.Module, args: Tuple[torch.Tensor, ...], path: str, *,
+                opset_version: int = 17,
                 input_names: Optional[Sequence[str]] = None,
                 output_names: Optional[Sequence[str]] = None):
     """Write ``model(*args)`` (in eval mode, fixed input shapes) to the
@@ -101,9 +103,10 @@ def export_onnx(model: nn.Module, args: Tuple[torch.Tensor, ...],
             f'{type(err).__name__}: {reason}') from err
     program = program.run_decompositions(
         {torch.ops.mmhgw.hgw_routing.default: hgw_routing_decomposition})
-    exported = torch.onnx.export(
-        program, tuple(args), dynamo=True, opset_version=EXPORTER_OPSET,
-        input_names=input_names, output_names=output_names, verbose=False)
+    exported = torch.onnx.export(program, tuple(args), dynamo=True,
+                                 opset_version=EXPORTER_OPSET,
+                                 input_names=input_names,
+                                 output_names=output_names, verbose=False)
     proto = exported.model_proto
     if opset_version != EXPORTER_OPSET:
         proto = _convert_opset(proto, opset_version)
@@ -119,8 +122,10 @@ def run_onnx(path: str, args: Sequence[torch.Tensor]) -> List[torch.Tensor]:
     except ImportError as err:
         raise ImportError('running an ONNX file needs onnxruntime: pip '
                           'install onnxruntime') from err
-    session = onnxruntime.InferenceSession(
-        path, providers=['CPUExecutionProvider'])
-    feeds = {i.name: a.detach().cpu().numpy()
-             for i, a in zip(session.get_inputs(), args)}
+    session = onnxruntime.InferenceSession(path,
+                                           providers=['CPUExecutionProvider'])
+    feeds = {
+        i.name: a.detach().cpu().numpy()
+        for i, a in zip(session.get_inputs(), args)
+    }
     return [torch.from_numpy(out) for out in session.run(None, feeds)]

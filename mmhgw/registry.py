@@ -34,6 +34,5 @@ CLS_MODELS = downstream_registry('mmpretrain', 'MODELS')
 
 __all__ = [
     'MODELS', 'HOOKS', 'DET_MODELS', 'SEG_MODELS', 'SEG_DATASETS',
-    'SEG_TRANSFORMS', 'CLS_MODELS', 'package_available',
-    'downstream_registry'
+    'SEG_TRANSFORMS', 'CLS_MODELS', 'package_available', 'downstream_registry'
 ]

@@ -31,8 +31,9 @@ def import_mmpretrain() -> bool:
     except Exception:  # missing, or built for another torch
         stand_in = True
     if stand_in:
-        for name in [m for m in sys.modules if m.split('.')[0] ==
-                     'torchvision']:
+        for name in [
+                m for m in sys.modules if m.split('.')[0] == 'torchvision'
+        ]:
             del sys.modules[name]
         sys.path.insert(0, TORCHVISION_STAND_IN)
     try:
@@ -41,8 +42,9 @@ def import_mmpretrain() -> bool:
     finally:
         if stand_in:
             sys.path.remove(TORCHVISION_STAND_IN)
-            for name in [m for m in sys.modules if m.split('.')[0] ==
-                         'torchvision']:
+            for name in [
+                    m for m in sys.modules if m.split('.')[0] == 'torchvision'
+            ]:
                 del sys.modules[name]
     return True
 
@@ -59,7 +61,8 @@ def write_reduced_seg_config(tmp_path, num_train=40, num_val=10):
     make_isic_lesions(str(data), num_train=num_train, num_val=num_val,
                       size=(64, 64), seed=1, level='easy')
     path = tmp_path / 'reduced_unet_hgw.py'
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         _base_ = [{DEMO_SEG!r}]
         data_root = {str(data)!r}
         crop_size = (64, 64)
@@ -92,8 +95,6 @@ def write_reduced_seg_config(tmp_path, num_train=40, num_val=10):
         default_hooks = dict(logger=dict(interval=1))
     """))
     return path
-
-
 
 
 @pytest.fixture

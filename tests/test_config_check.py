@@ -30,8 +30,8 @@ def typo(cfg, edit):
 
 
 def test_capsule_layer_typo_names_key_and_suggestion(det_cfg):
-    message = typo(det_cfg, lambda c: c.model.backbone.hgw_cfg.update(
-        type='HGWCap'))
+    message = typo(det_cfg,
+                   lambda c: c.model.backbone.hgw_cfg.update(type='HGWCap'))
     assert message.startswith('my_config.py: unknown type name')
     assert "model.backbone.hgw_cfg.type = 'HGWCap' (did you mean " \
         "'HGWCaps'" in message

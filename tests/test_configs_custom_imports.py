@@ -17,10 +17,10 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 # a stand-in in tests/models/classification).
 HAS_TORCHVISION = importlib.util.find_spec('torchvision') is not None
 CONFIGS = sorted(
-    p for p in glob.glob(osp.join(ROOT, 'configs', '**', '*.py'),
-                         recursive=True)
-    if '_base_' not in p and (HAS_TORCHVISION or
-                              f'{osp.sep}pretrain{osp.sep}' not in p))
+    p
+    for p in glob.glob(osp.join(ROOT, 'configs', '**', '*.py'), recursive=True)
+    if '_base_' not in p and (
+        HAS_TORCHVISION or f'{osp.sep}pretrain{osp.sep}' not in p))
 
 # Runs in a fresh interpreter. Phase 1 resolves every config's types with
 # mmhgw not imported; phase 2 processes each config's custom_imports (the
@@ -72,11 +72,9 @@ SCRIPT = textwrap.dedent("""
 def test_configs_resolve_after_only_their_custom_imports():
     env = dict(os.environ)
     env['PYTHONPATH'] = os.pathsep.join(
-        [ROOT] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep)
-                  if p])
-    done = subprocess.run([sys.executable, '-c', SCRIPT, *CONFIGS],
-                          cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env=env)
+        [ROOT] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
+    done = subprocess.run([sys.executable, '-c', SCRIPT, *CONFIGS], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.split('REPORT', 1)[1])
     needing = []
@@ -85,8 +83,8 @@ def test_configs_resolve_after_only_their_custom_imports():
         assert not entry['after'], (name, entry)
         if entry['before']:
             needing.append(name)
-            assert entry['imports'] and 'mmhgw' in entry['imports'], (
-                name, entry)
+            assert entry['imports'] and 'mmhgw' in entry['imports'], (name,
+                                                                      entry)
     # The check has teeth: plugin types, the ISIC dataset and the hooks
     # are unknown to the stock registries.
     assert any('hgwcaps' in n for n in needing)

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
+from mmhgw.benchmarking import random_routing_inputs
 from mmhgw.ot import embedding_distance, hgw_distance
-from mmhgw.testing import routing_inputs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason='needs a CUDA device')
@@ -26,8 +26,8 @@ def test_solver_on_cuda_matches_cpu():
 def test_layer_forward_backward_on_cuda():
     from mmhgw.models import HGWCaps
     torch.manual_seed(0)
-    layer = HGWCaps(32, 32, 3, padding=1, in_types=8, out_types=8,
-                    num_parts=4, part_dim=4).cuda().train()
+    layer = HGWCaps(32, 32, 3, padding=1, in_types=8, out_types=8, num_parts=4,
+                    part_dim=4).cuda().train()
     x = torch.randn(2, 32, 12, 10, device='cuda', requires_grad=True)
     out = layer(x)
     assert out.shape == (2, 32, 12, 10) and out.is_cuda
@@ -49,21 +49,24 @@ def test_triton_routing_matches_reference(dtype, eps, regularizer,
     check can run through the Triton interpreter on the CPU."""
     pytest.importorskip('triton')
     from mmhgw.ops import hgw_routing, hgw_routing_reference
-    inputs = [t.requires_grad_() for t in routing_inputs(64, 32, 32, 8, 8)]
+    inputs = [
+        t.requires_grad_() for t in random_routing_inputs(64, 32, 32, 8, 8)
+    ]
     options = dict(eps=eps, outer_iters=3, inner_iters=4,
                    regularizer=regularizer)
     ref = hgw_routing_reference(*inputs, **options)
     gen = torch.Generator().manual_seed(1)
-    upstream = [torch.randn(t.shape, generator=gen, dtype=t.dtype)
-                for t in ref]
+    upstream = [
+        torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in ref
+    ]
     grads_ref = torch.autograd.grad(ref, inputs, upstream)
     ins = [t.detach().to(device, dtype).requires_grad_() for t in inputs]
     out = hgw_routing(*ins, backend='triton', **options)
-    grads = torch.autograd.grad(out, ins, [u.to(device, dtype)
-                                           for u in upstream])
+    grads = torch.autograd.grad(out, ins,
+                                [u.to(device, dtype) for u in upstream])
     limits = (1e-5, 1e-4) if dtype == torch.float64 else (1e-4, 1e-4)
     names = ['dist', 'parts', 'X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta']
-    for i, (name, a, b) in enumerate(zip(names, (*out, *grads),
-                                         (*ref, *grads_ref))):
+    for i, (name, a,
+            b) in enumerate(zip(names, (*out, *grads), (*ref, *grads_ref))):
         error = ((a.detach().cpu().double() - b).norm() / b.norm()).item()
         assert error < limits[min(i, 2) // 2], (name, error)

@@ -31,8 +31,9 @@ def test_mmcv_roi_align_matches_bilinear_on_linear_map():
 def test_mmcv_nms_known_answer():
     from mmcv.ops import nms
 
-    boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30],
-                          [0, 0, 10, 5]], dtype=torch.float32)
+    boxes = torch.tensor(
+        [[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 10, 5]],
+        dtype=torch.float32)
     scores = torch.tensor([0.9, 0.8, 0.7, 0.6])
     dets, keep = nms(boxes, scores, iou_threshold=0.5)
     # box 1 overlaps box 0 with IoU 81/119 = 0.68; box 3 with IoU 0.5 exactly
@@ -58,7 +59,8 @@ def test_custom_imports_registers_mmhgw_in_a_fresh_process(tmp_path):
     """A config whose only link to mmhgw is ``custom_imports`` builds a stock
     Mask R-CNN whose ResNet uses the HGW capsule layer."""
     cfg_file = tmp_path / 'cfg.py'
-    cfg_file.write_text(textwrap.dedent("""
+    cfg_file.write_text(
+        textwrap.dedent("""
         _base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py']
         custom_imports = dict(imports=['mmhgw'], allow_failed_imports=False)
         model = dict(backbone=dict(

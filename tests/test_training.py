@@ -36,17 +36,18 @@ def test_hgw_model_learns(tmp_path, reduced_seg_config):
 
 
 def run_train(*args, env=None, timeout=600):
-    done = subprocess.run([sys.executable, 'tools/train.py', *args],
-                          cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    done = subprocess.run([sys.executable, 'tools/train.py', *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout + done.stderr
 
 
 def test_resume_matches_uninterrupted_run(tmp_path, reduced_seg_config):
     config = str(reduced_seg_config(tmp_path, num_train=12, num_val=2))
-    common = ['default_hooks.checkpoint.interval=2',
-              'train_cfg.val_interval=100']
+    common = [
+        'default_hooks.checkpoint.interval=2', 'train_cfg.val_interval=100'
+    ]
     straight, split = tmp_path / 'straight', tmp_path / 'split'
     run_train(config, '--work-dir', str(straight), '--cfg-options',
               'train_cfg.max_iters=4', *common)
@@ -60,8 +61,8 @@ def test_resume_matches_uninterrupted_run(tmp_path, reduced_seg_config):
     b = torch.load(split / 'iter_4.pth')
     assert a['meta']['iter'] == b['meta']['iter'] == 4
     for key, value in a['state_dict'].items():
-        torch.testing.assert_close(b['state_dict'][key], value, rtol=0,
-                                   atol=0, msg=key)
+        torch.testing.assert_close(b['state_dict'][key], value, rtol=0, atol=0,
+                                   msg=key)
 
 
 def free_port():
@@ -74,11 +75,11 @@ def test_distributed_training_on_cpu_keeps_ranks_identical(
         tmp_path, reduced_seg_config):
     config = str(reduced_seg_config(tmp_path, num_train=8, num_val=2))
     env = dict(os.environ, PYTHON=sys.executable, PORT=str(free_port()))
-    done = subprocess.run(
-        ['bash', 'tools/dist_train.sh', config, '2', '--work-dir',
-         str(tmp_path / 'work'), '--cfg-options', 'train_cfg.max_iters=3',
-         'train_cfg.val_interval=100', 'default_hooks.checkpoint.interval=3'],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run([
+        'bash', 'tools/dist_train.sh', config, '2', '--work-dir',
+        str(tmp_path / 'work'), '--cfg-options', 'train_cfg.max_iters=3',
+        'train_cfg.val_interval=100', 'default_hooks.checkpoint.interval=3'
+    ], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-4000:]
     assert 'Distributed training is not used' not in out

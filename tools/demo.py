@@ -21,11 +21,10 @@ import subprocess
 import sys
 import time
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.engine.work_dir import latest_checkpoint
 
-from mmhgw.engine.work_dir import latest_checkpoint  # noqa: E402
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 DATA = osp.join(ROOT, 'data', 'demo')
 JOBS = [
@@ -69,8 +68,8 @@ def ensure_data():
     if osp.exists(marker) and open(marker).read() == DATA_VERSION:
         print(f'demo data found in {DATA}')
         return
-    subprocess.run([sys.executable, 'tools/make_demo_data.py', '--out',
-                    DATA], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, 'tools/make_demo_data.py', '--out', DATA],
+                   cwd=ROOT, check=True)
     with open(marker, 'w') as f:
         f.write(DATA_VERSION)
 
@@ -81,35 +80,37 @@ def train_and_test(config, work_root):
     os.makedirs(work, exist_ok=True)
     print(f'\n== {name}: training', flush=True)
     # The evaluation is tools/test.py's; none inside the training run.
-    train_s = run_logged([sys.executable, 'tools/train.py', config,
-                          '--work-dir', work, '--cfg-options',
-                          'train_cfg.val_interval=1000000'],
-                         osp.join(work, 'train.out'))
+    train_s = run_logged([
+        sys.executable, 'tools/train.py', config, '--work-dir', work,
+        '--cfg-options', 'train_cfg.val_interval=1000000'
+    ], osp.join(work, 'train.out'))
     checkpoint = latest_checkpoint(work)
     print(f'== {name}: testing {osp.basename(checkpoint)}', flush=True)
     metrics_file = osp.join(work, 'metrics.json')
-    test_s = run_logged([sys.executable, 'tools/test.py', config, checkpoint,
-                         '--work-dir', osp.join(work, 'test'),
-                         '--metrics-out', metrics_file],
-                        osp.join(work, 'test.out'))
+    test_s = run_logged([
+        sys.executable, 'tools/test.py', config, checkpoint, '--work-dir',
+        osp.join(work, 'test'), '--metrics-out', metrics_file
+    ], osp.join(work, 'test.out'))
     with open(metrics_file) as f:
         metrics = json.load(f)
-    cfg = load_config_for_test(osp.join(ROOT, config))
+    cfg = load_offline_config(osp.join(ROOT, config))
     params = sum(p.numel()
-                 for p in build_model_for_test(cfg, init=False).parameters())
+                 for p in build_config_model(cfg, init=False).parameters())
     return dict(name=name, metrics=metrics, params=params, train_s=train_s,
                 test_s=test_s, iters=cfg.train_cfg.max_iters)
 
 
 def summary_table(results):
-    lines = ['| task | model | params | train (s) | test (s) | metrics |',
-             '|---|---|---|---|---|---|']
+    lines = [
+        '| task | model | params | train (s) | test (s) | metrics |',
+        '|---|---|---|---|---|---|'
+    ]
     for job, stock, hgw in results:
         for label, r in (('stock', stock), ('HGWCaps', hgw)):
             metrics = ', '.join(
                 f'{name} {r["metrics"].get(key, float("nan")):.3f}'
-                if job['task'] == 'det' else
-                f'{name} {r["metrics"].get(key, float("nan")):.2f}'
+                if job['task'] ==
+                'det' else f'{name} {r["metrics"].get(key, float("nan")):.2f}'
                 for name, key in METRICS[job['task']])
             ratio = '' if r is stock else \
                 f' ({r["params"] / stock["params"]:.2f}x)'

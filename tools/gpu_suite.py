@@ -108,10 +108,11 @@ FOREGROUND_BEFORE_OPS = ('data', 'test-cuda', 'bench-op', 'bench-layer',
 FOREGROUND_AFTER_OPS = ('bench-mask-rcnn', 'train-mask-rcnn')
 #: Stage -> the stages it cannot run without (added when it is selected).
 NEEDS = {
-    'train-unet': ('data', ), 'train-deeplabv3plus': ('data', ),
+    'train-unet': ('data', ),
+    'train-deeplabv3plus': ('data', ),
     'train-mask-rcnn': ('data', 'mmcv-build'),
-    'bench-mask-rcnn': ('mmcv-build', ), 'tests': ('mmcv-build',
-                                                   'mmhgw-ext'),
+    'bench-mask-rcnn': ('mmcv-build', ),
+    'tests': ('mmcv-build', 'mmhgw-ext'),
 }
 #: Skipped in a dry run, with the reason.
 NOT_IN_DRY_RUN = {
@@ -193,7 +194,6 @@ assert keep.tolist() == [0, 2], keep
 print('mmcv ops work on', device)
 '''
 
-
 # -- results ------------------------------------------------------------------
 
 
@@ -221,10 +221,10 @@ def junit_summary(path, max_failures=50):
                 problem = case.find('error')
             if problem is not None and len(failed) < max_failures:
                 message = (problem.get('message') or '').strip()
-                failed.append(f'{case.get("classname")}::{case.get("name")}'
-                              f': {message.splitlines()[0][:300]}'
-                              if message else
-                              f'{case.get("classname")}::{case.get("name")}')
+                failed.append(
+                    f'{case.get("classname")}::{case.get("name")}'
+                    f': {message.splitlines()[0][:300]}' if message else
+                    f'{case.get("classname")}::{case.get("name")}')
     counts['passed'] = (counts['tests'] - counts['failures'] -
                         counts['errors'] - counts['skipped'])
     counts['seconds'] = round(counts['seconds'], 1)
@@ -239,8 +239,8 @@ def training_summary(work_dir):
     Each training record holds the means over the logging interval; the
     time per iteration is the median of the records after the first (which
     holds the warm-up: cuDNN's search, Triton's compilation)."""
-    files = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data',
-                                      'scalars.json')))
+    files = sorted(
+        glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
     if not files:
         return dict(scalars=None)
     with open(files[-1]) as f:
@@ -254,15 +254,17 @@ def training_summary(work_dir):
         scalars=files[-1], records=len(train),
         iters=train[-1]['iter'] if train else 0,
         loss_first=losses[0] if losses else None,
-        loss_last=losses[-1] if losses else None,
-        losses_finite=bool(losses) and all(math.isfinite(v)
-                                           for v in losses),
-        loss_curve=[[r['iter'], r['loss']] for r in train],
-        iter_time_s=statistics.median(times) if times else None,
+        loss_last=losses[-1] if losses else None, losses_finite=bool(losses)
+        and all(math.isfinite(v) for v in losses),
+        loss_curve=[[r['iter'], r['loss']] for r in train
+                    ], iter_time_s=statistics.median(times) if times else None,
         memory_mib=max(memory) if memory else None)
     if evals:
-        result['val'] = {k: v for k, v in evals[-1].items()
-                         if k not in ('data_time', 'time', 'step')}
+        result['val'] = {
+            k: v
+            for k, v in evals[-1].items()
+            if k not in ('data_time', 'time', 'step')
+        }
     return result
 
 
@@ -277,19 +279,24 @@ def training_options(kind, iters, dry_run):
     iterations, and saving no checkpoint; a dry run trains on one image a
     batch and skips the validation."""
     interval = training_log_interval(iters, dry_run)
-    options = [f'train_cfg.max_iters={iters}',
-               f'train_cfg.val_interval={iters}',
-               f'default_hooks.logger.interval={interval}',
-               f'log_processor.window_size={interval}',
-               'default_hooks.checkpoint=None']
+    options = [
+        f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
+        f'default_hooks.logger.interval={interval}',
+        f'log_processor.window_size={interval}',
+        'default_hooks.checkpoint=None'
+    ]
     if kind == 'seg':
         options.append(f'param_scheduler.0.end={iters}')
     else:
-        options += [f'param_scheduler.1.end={iters}',
-                    f'param_scheduler.1.milestones=[{max(1, iters * 4 // 5)}]']
+        options += [
+            f'param_scheduler.1.end={iters}',
+            f'param_scheduler.1.milestones=[{max(1, iters * 4 // 5)}]'
+        ]
     if dry_run:
-        options += ['train_dataloader.batch_size=1', 'val_cfg=None',
-                    'val_dataloader=None', 'val_evaluator=None']
+        options += [
+            'train_dataloader.batch_size=1', 'val_cfg=None',
+            'val_dataloader=None', 'val_evaluator=None'
+        ]
     return options
 
 
@@ -379,8 +386,9 @@ class Suite:
         self.dry = args.dry_run
         self.out = osp.abspath(args.out)
         self.logs = osp.join(self.out, 'logs')
-        self.work = osp.abspath(args.work or (
-            osp.join(self.out, 'work') if self.dry else DEFAULT_WORK))
+        self.work = osp.abspath(
+            args.work
+            or (osp.join(self.out, 'work') if self.dry else DEFAULT_WORK))
         self.wheelhouse = osp.abspath(args.wheelhouse)
         self.site = osp.join(self.work, 'site')
         self.mmcv_dir = osp.join(self.work, 'mmcv')
@@ -402,13 +410,13 @@ class Suite:
         self.tests_job = None
         self.test_paths = ['tests']
         self.report = dict(
-            schema=1, command='python ' + shlex.join(
-                [osp.relpath(osp.abspath(sys.argv[0]), ROOT)] + sys.argv[1:]),
-            date=datetime.date.today().isoformat(),
+            schema=1, command='python ' +
+            shlex.join([osp.relpath(osp.abspath(sys.argv[0]), ROOT)] +
+                       sys.argv[1:]), date=datetime.date.today().isoformat(),
             started=datetime.datetime.now().isoformat(timespec='seconds'),
             dry_run=self.dry, budget_s=args.budget, work=self.work,
-            cpus=dict(timing=self.timing_cpus, build=self.build_cpus),
-            environment={}, stages={})
+            cpus=dict(timing=self.timing_cpus,
+                      build=self.build_cpus), environment={}, stages={})
 
     @staticmethod
     def select(args):
@@ -504,10 +512,11 @@ class Suite:
         if result is not None:
             fields['result'] = result
         self.record(name, **fields)
-        print(f'[suite] {name}: ' + ('started' if status == 'running' else
-                                     f'{status} in {seconds} s') +
-              (f' ({reason.splitlines()[-1][:200]})' if reason else ''),
-              flush=True)
+        print(
+            f'[suite] {name}: ' +
+            ('started' if status == 'running' else f'{status} in {seconds} s')
+            + (f' ({reason.splitlines()[-1][:200]})' if reason else ''),
+            flush=True)
         return status in ('ok', 'running')
 
     def command(self, name, cmd, timeout, cwd=ROOT, cpus=None, env=None,
@@ -520,10 +529,10 @@ class Suite:
         returncode, timed_out = wait(proc, timeout)
         run = dict(command=shlex.join(cmd), returncode=returncode,
                    timed_out=timed_out, mmcv_ops=self.ops,
-                   seconds=round(time.monotonic() - begin, 1),
-                   log=osp.relpath(log, self.out))
-        self.report['stages'].setdefault(name, {}).setdefault(
-            'commands', []).append(run)
+                   seconds=round(time.monotonic() - begin,
+                                 1), log=osp.relpath(log, self.out))
+        self.report['stages'].setdefault(name, {}).setdefault('commands',
+                                                              []).append(run)
         self.save()
         return run
 
@@ -533,9 +542,10 @@ class Suite:
             raise Stop('timeout', f'{run["command"]}: stopped after '
                        f'{timeout:.0f} s')
         if run['returncode']:
-            raise Stop('failed', f'{run["command"]}: exit '
-                       f'{run["returncode"]}; see {run["log"]}:\n' +
-                       tail(osp.join(self.out, run['log']), 1500))
+            raise Stop(
+                'failed', f'{run["command"]}: exit '
+                f'{run["returncode"]}; see {run["log"]}:\n' +
+                tail(osp.join(self.out, run['log']), 1500))
         return run
 
     def env(self, extra=None):
@@ -566,9 +576,10 @@ class Suite:
     def install(self, limit):
         wheels = sorted(glob.glob(osp.join(self.wheelhouse, '*.whl')))
         if not wheels:
-            raise Stop('failed', f'no wheels in {self.wheelhouse}: make the '
-                       'wheelhouse with tools/gpu/wheelhouse.py where there '
-                       'is a network, and bring it along')
+            raise Stop(
+                'failed', f'no wheels in {self.wheelhouse}: make the '
+                'wheelhouse with tools/gpu/wheelhouse.py where there '
+                'is a network, and bring it along')
         stamp = '\n'.join(f'{osp.basename(w)} {osp.getsize(w)}'
                           for w in wheels)
         stamp_file = osp.join(self.site, '.wheelhouse')
@@ -579,9 +590,10 @@ class Suite:
             fresh = self.site + '.new'
             shutil.rmtree(fresh, ignore_errors=True)
             self.checked('install', [
-                self.python, '-m', 'pip', 'install', '--no-index',
-                '--no-deps', '--no-compile', '--disable-pip-version-check',
-                '--target', fresh] + wheels, limit)
+                self.python, '-m', 'pip', 'install', '--no-index', '--no-deps',
+                '--no-compile', '--disable-pip-version-check', '--target',
+                fresh
+            ] + wheels, limit)
             with open(osp.join(fresh, '.wheelhouse'), 'w') as f:
                 f.write(stamp)
             shutil.rmtree(self.site, ignore_errors=True)
@@ -589,18 +601,20 @@ class Suite:
         imports = self.import_check('install', INSTALL_IMPORTS)
         failed = {m: e for m, e in imports.items() if e != 'ok'}
         if failed:
-            raise Stop('failed', 'installed, but these do not import: ' +
-                       '; '.join(f'{m}: {e}' for m, e in failed.items()))
+            raise Stop(
+                'failed', 'installed, but these do not import: ' +
+                '; '.join(f'{m}: {e}' for m, e in failed.items()))
         return dict(wheels=len(wheels), reused=reused, imports=imports)
 
     def import_check(self, name, modules, limit=120):
-        run = self.command(name, [self.python, '-c', IMPORT_PROBE,
-                                  *modules], limit, log=f'{name}-imports')
+        run = self.command(name, [self.python, '-c', IMPORT_PROBE, *modules],
+                           limit, log=f'{name}-imports')
         found = json_line(tail(osp.join(self.out, run['log']), 20000),
                           'IMPORTS')
         if found is None:
-            raise Stop('failed', f'the import check did not finish; see '
-                       f'{run["log"]}')
+            raise Stop(
+                'failed', f'the import check did not finish; see '
+                f'{run["log"]}')
         return found
 
     def environment(self, limit):
@@ -609,10 +623,10 @@ class Suite:
         info = json_line(tail(osp.join(self.out, run['log']), 20000), 'ENV')
         if info is None:
             raise Stop('failed', f'no versions printed; see {run["log"]}')
-        for key, cmd in (('nvidia_smi', ['nvidia-smi', '--query-gpu=name,'
-                                         'driver_version,memory.total',
-                                         '--format=csv,noheader']),
-                         ('nvcc', ['nvcc', '--version'])):
+        for key, cmd in (('nvidia_smi', [
+                'nvidia-smi', '--query-gpu=name,'
+                'driver_version,memory.total', '--format=csv,noheader'
+        ]), ('nvcc', ['nvcc', '--version'])):
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True,
                                       timeout=30)
@@ -633,24 +647,25 @@ class Suite:
         shutil.rmtree(fresh, ignore_errors=True)
         target = osp.join(fresh, 'mmcv')
         if self.dry:
-            done = subprocess.run(
-                [self.python, '-c', 'import importlib.util as u; '
-                 'print(u.find_spec("mmcv").submodule_search_locations[0])'],
-                capture_output=True, text=True)
+            done = subprocess.run([
+                self.python, '-c', 'import importlib.util as u; '
+                'print(u.find_spec("mmcv").submodule_search_locations[0])'
+            ], capture_output=True, text=True)
             if done.returncode:
-                raise Stop('failed', f'mmcv is not installed here: '
-                           f'{done.stderr.strip()[-500:]}')
-            shutil.copytree(done.stdout.strip(), target,
-                            ignore=shutil.ignore_patterns(
-                                '*.so', '__pycache__', 'csrc'))
+                raise Stop(
+                    'failed', f'mmcv is not installed here: '
+                    f'{done.stderr.strip()[-500:]}')
+            shutil.copytree(
+                done.stdout.strip(), target,
+                ignore=shutil.ignore_patterns('*.so', '__pycache__', 'csrc'))
         else:
             sdist = self.mmcv_sdist()
             with tarfile.open(sdist) as tf:
                 for member in tf.getmembers():
                     parts = member.name.split('/')
-                    if (member.isfile() and member.name.endswith('.py') and
-                            len(parts) > 2 and parts[1] == 'mmcv' and
-                            'csrc' not in parts):
+                    if (member.isfile() and member.name.endswith('.py')
+                            and len(parts) > 2 and parts[1] == 'mmcv'
+                            and 'csrc' not in parts):
                         path = osp.join(fresh, *parts[1:])
                         os.makedirs(osp.dirname(path), exist_ok=True)
                         with open(path, 'wb') as f:
@@ -662,8 +677,9 @@ class Suite:
     def mmcv_sdist(self):
         found = glob.glob(osp.join(self.wheelhouse, 'src', 'mmcv-*.tar.gz'))
         if len(found) != 1:
-            raise Stop('failed', f'expected one mmcv-*.tar.gz in '
-                       f'{self.wheelhouse}/src, found {len(found)}')
+            raise Stop(
+                'failed', f'expected one mmcv-*.tar.gz in '
+                f'{self.wheelhouse}/src, found {len(found)}')
         return found[0]
 
     # -- the mmcv build -----------------------------------------------------
@@ -680,8 +696,8 @@ class Suite:
         if osp.exists(osp.join(p['site'], '.complete')):
             self.ops = 'built'
             for info in glob.glob(osp.join(p['site'], 'mmcv-*.dist-info')):
-                self.report['environment']['mmcv'] = osp.basename(
-                    info).split('-')[1]
+                self.report['environment']['mmcv'] = osp.basename(info).split(
+                    '-')[1]
             return dict(state='done', reused='the installed build')
         if glob.glob(osp.join(p['dist'], 'mmcv-*.whl')):
             self.mmcv_build = dict(started=time.monotonic(), reused='wheel')
@@ -694,8 +710,9 @@ class Suite:
         if not arch:
             capability = self.report['environment'].get('capability')
             if not capability:
-                raise Stop('failed', 'no CUDA device to build for (and no '
-                           '--cuda-arch)')
+                raise Stop(
+                    'failed', 'no CUDA device to build for (and no '
+                    '--cuda-arch)')
             arch = '.'.join(map(str, capability))
         sdist = self.mmcv_sdist()
         name = osp.basename(sdist)[:-len('.tar.gz')]
@@ -714,15 +731,16 @@ class Suite:
             shutil.rmtree(fresh, ignore_errors=True)
         if osp.exists(p['rc']):
             os.remove(p['rc'])
-        pip = shlex.join([self.python, '-m', 'pip', 'wheel', '--no-deps',
-                          '--no-index', '--no-build-isolation',
-                          '--disable-pip-version-check', '-w', p['dist'],
-                          source])
+        pip = shlex.join([
+            self.python, '-m', 'pip', 'wheel', '--no-deps', '--no-index',
+            '--no-build-isolation', '--disable-pip-version-check', '-w',
+            p['dist'], source
+        ])
         script = (f'{pip}; echo $? > {shlex.quote(p["rc"])}.tmp && '
                   f'mv {shlex.quote(p["rc"])}.tmp {shlex.quote(p["rc"])}')
-        env = self.env(dict(MMCV_WITH_OPS='1', FORCE_CUDA='1',
-                            TORCH_CUDA_ARCH_LIST=arch,
-                            MAX_JOBS=str(len(self.build_cpus))))
+        env = self.env(
+            dict(MMCV_WITH_OPS='1', FORCE_CUDA='1', TORCH_CUDA_ARCH_LIST=arch,
+                 MAX_JOBS=str(len(self.build_cpus))))
         # Only the wheelhouse (its setuptools has pkg_resources) and torch.
         env['PYTHONPATH'] = self.site
         proc = launch(['sh', '-c', script], p['log'], env, source,
@@ -731,8 +749,7 @@ class Suite:
             f.write(str(proc.pid))
         self.mmcv_build = dict(started=time.monotonic(), pid=proc.pid,
                                proc=proc)
-        return dict(state='running', arch=arch,
-                    max_jobs=len(self.build_cpus),
+        return dict(state='running', arch=arch, max_jobs=len(self.build_cpus),
                     sources='reused' if unpacked else 'unpacked')
 
     def settle_mmcv(self, wait_s):
@@ -762,16 +779,18 @@ class Suite:
         rc = open(p['rc']).read().strip() if osp.exists(p['rc']) else None
         wheels = glob.glob(osp.join(p['dist'], 'mmcv-*.whl'))
         if not wheels or (rc is not None and rc != '0'):
-            self.finish_stage('mmcv-build', 'failed', fields,
-                              f'the build ended with exit {rc}; see '
-                              f'logs/mmcv-build.log:\n' + tail(p['log'], 1500))
+            self.finish_stage(
+                'mmcv-build', 'failed', fields,
+                f'the build ended with exit {rc}; see '
+                f'logs/mmcv-build.log:\n' + tail(p['log'], 1500))
             return True
         fresh = p['site'] + '.new'
         shutil.rmtree(fresh, ignore_errors=True)
         run = self.command('mmcv-build', [
             self.python, '-m', 'pip', 'install', '--no-index', '--no-deps',
             '--no-compile', '--disable-pip-version-check', '--target', fresh,
-            wheels[0]], 120, log='mmcv-install')
+            wheels[0]
+        ], 120, log='mmcv-install')
         if run['returncode']:
             self.finish_stage('mmcv-build', 'failed', fields,
                               f'installing {wheels[0]} failed')
@@ -783,9 +802,10 @@ class Suite:
                            120, log='mmcv-ops')
         if run['returncode']:
             self.ops = 'stand-in'
-            self.finish_stage('mmcv-build', 'failed', fields,
-                              'the built ops do not work; see '
-                              'logs/mmcv-ops.log')
+            self.finish_stage(
+                'mmcv-build', 'failed', fields,
+                'the built ops do not work; see '
+                'logs/mmcv-ops.log')
             return True
         open(osp.join(p['site'], '.complete'), 'w').close()
         fields['wheel'] = osp.basename(wheels[0])
@@ -796,9 +816,9 @@ class Suite:
     def finish_stage(self, name, status, fields, reason=None):
         stage = self.report['stages'].setdefault(name, {})
         result = dict(stage.get('result') or {}, **fields)
-        stage.update(status=status, result=result,
-                     seconds=round(self.elapsed() - stage.get('started_s',
-                                                              0), 1))
+        stage.update(
+            status=status, result=result,
+            seconds=round(self.elapsed() - stage.get('started_s', 0), 1))
         if reason:
             stage['reason'] = reason
         self.save(pack=True)
@@ -806,19 +826,21 @@ class Suite:
 
     def start_ext_build(self, limit):
         built = glob.glob(osp.join(ROOT, 'mmhgw', '_ext*.so'))
-        sources = glob.glob(osp.join(ROOT, 'mmhgw', 'ops', 'csrc', '*')) + [
-            osp.join(ROOT, 'setup.py')]
-        if built and osp.getmtime(built[0]) >= max(map(osp.getmtime,
-                                                       sources)):
+        sources = glob.glob(osp.join(ROOT, 'mmhgw', 'ops', 'csrc',
+                                     '*')) + [osp.join(ROOT, 'setup.py')]
+        if built and osp.getmtime(built[0]) >= max(map(osp.getmtime, sources)):
             return dict(state='done', reused=osp.basename(built[0]))
         lib = osp.join(self.work, 'ext', 'lib')
         shutil.rmtree(osp.join(self.work, 'ext'), ignore_errors=True)
-        cmd = [self.python, 'setup.py', 'build_ext', '--build-lib', lib,
-               '--build-temp', osp.join(self.work, 'ext', 'tmp')]
+        cmd = [
+            self.python, 'setup.py', 'build_ext', '--build-lib', lib,
+            '--build-temp',
+            osp.join(self.work, 'ext', 'tmp')
+        ]
         self.ext_proc = dict(
-            proc=launch(cmd, osp.join(self.logs, 'mmhgw-ext.log'),
-                        self.env(), ROOT, self.build_cpus),
-            lib=lib, started=time.monotonic(), limit=limit)
+            proc=launch(cmd, osp.join(self.logs, 'mmhgw-ext.log'), self.env(),
+                        ROOT, self.build_cpus), lib=lib,
+            started=time.monotonic(), limit=limit)
         return dict(state='running')
 
     def settle_ext(self, wait_s):
@@ -838,12 +860,13 @@ class Suite:
                 return False
         self.ext_proc = None
         built = glob.glob(osp.join(job['lib'], 'mmhgw', '_ext*.so'))
-        fields = dict(build_seconds=round(time.monotonic() - job['started'],
-                                          1))
+        fields = dict(build_seconds=round(time.monotonic() -
+                                          job['started'], 1))
         if job['proc'].returncode or not built:
-            self.finish_stage('mmhgw-ext', 'failed', fields,
-                              'see logs/mmhgw-ext.log (the CPU tests of '
-                              'the C++ kernels fall back or skip)')
+            self.finish_stage(
+                'mmhgw-ext', 'failed', fields,
+                'see logs/mmhgw-ext.log (the CPU tests of '
+                'the C++ kernels fall back or skip)')
             return True
         target = osp.join(ROOT, 'mmhgw', osp.basename(built[0]))
         shutil.copyfile(built[0], target + '.tmp')
@@ -858,9 +881,11 @@ class Suite:
         scale = '0.05' if self.dry else '1'
         if osp.exists(marker) and open(marker).read() == scale:
             return dict(reused=True)
-        self.checked('data', [self.python, 'tools/make_demo_data.py',
-                              '--out', osp.join(self.data, 'demo'), '--only',
-                              'isic', 'coco', '--scale', scale], limit)
+        self.checked('data', [
+            self.python, 'tools/make_demo_data.py', '--out',
+            osp.join(self.data, 'demo'), '--only', 'isic', 'coco', '--scale',
+            scale
+        ], limit)
         with open(marker, 'w') as f:
             f.write(scale)
         return dict(reused=False, scale=float(scale))
@@ -868,20 +893,22 @@ class Suite:
     def pytest(self, name, args, limit, cpus, extra_env=None):
         junit = osp.join(self.logs, f'{name}.xml')
         run = self.command(name, [
-            self.python, '-m', 'pytest', *args, '-q', '-p',
-            'no:cacheprovider', '-rfE', f'--junitxml={junit}'
+            self.python, '-m', 'pytest', *args, '-q', '-p', 'no:cacheprovider',
+            '-rfE', f'--junitxml={junit}'
         ], limit, cpus=cpus, env=self.env(extra_env))
         if not osp.exists(junit):
-            raise Stop('timeout' if run['timed_out'] else 'failed',
-                       f'pytest wrote no report (exit {run["returncode"]}); '
-                       f'see {run["log"]}')
+            raise Stop(
+                'timeout' if run['timed_out'] else 'failed',
+                f'pytest wrote no report (exit {run["returncode"]}); '
+                f'see {run["log"]}')
         summary = junit_summary(junit)
         if run['timed_out'] or summary['failures'] or summary['errors']:
             stage = self.report['stages'][name]
             stage['result'] = summary
-            raise Stop('timeout' if run['timed_out'] else 'failed',
-                       f'{summary["failures"]} failed, {summary["errors"]} '
-                       f'errors of {summary["tests"]}')
+            raise Stop(
+                'timeout' if run['timed_out'] else 'failed',
+                f'{summary["failures"]} failed, {summary["errors"]} '
+                f'errors of {summary["tests"]}')
         return summary
 
     def test_cuda(self, limit):
@@ -890,15 +917,16 @@ class Suite:
 
     def bench(self, name, script, args, limit):
         out = osp.join(self.logs, f'{name}.json')
-        self.checked(name, [self.python, script, '--device', self.device,
-                            '--no-write', '--json', out, *args], limit,
-                     cpus=self.timing_cpus)
+        self.checked(name, [
+            self.python, script, '--device', self.device, '--no-write',
+            '--json', out, *args
+        ], limit, cpus=self.timing_cpus)
         with open(out) as f:
             return json.load(f)
 
     def bench_op(self, limit):
-        args = (['--feature-map', '3x4', '--repeats', '1'] if self.dry else
-                ['--batches', '1,2'])
+        args = (['--feature-map', '3x4', '--repeats', '1']
+                if self.dry else ['--batches', '1,2'])
         return self.bench('bench-op', 'bench/bench_op.py', args, limit)
 
     def bench_layer(self, limit):
@@ -906,36 +934,38 @@ class Suite:
         return self.bench('bench-layer', 'bench/bench_layer.py', args, limit)
 
     def bench_mask_rcnn(self, limit):
-        return self.bench('bench-mask-rcnn', 'bench/bench_models.py', [
-            '--group', 'mask-rcnn', '--batch', '2', '--routings', 'hgw'
-        ], limit)
+        return self.bench(
+            'bench-mask-rcnn', 'bench/bench_models.py',
+            ['--group', 'mask-rcnn', '--batch', '2', '--routings', 'hgw'],
+            limit)
 
     def train(self, name, limit):
         kind, *configs = TRAINING[name]
-        iters = (2 if self.dry else
-                 self.args.det_iters if kind == 'det' else
-                 self.args.train_iters)
+        iters = (2 if self.dry else self.args.det_iters
+                 if kind == 'det' else self.args.train_iters)
         amp = not self.dry
         runs, begin = {}, time.monotonic()
-        for index, (label, config) in enumerate(zip(('stock', 'hgwcaps'),
-                                                    configs)):
+        for index, (label,
+                    config) in enumerate(zip(('stock', 'hgwcaps'), configs)):
             # The first run may take half the time left, the second the rest.
             left = limit - (time.monotonic() - begin)
             share = left / (2 - index)
             work_dir = osp.join(self.work, 'runs', f'{name}-{label}')
             shutil.rmtree(work_dir, ignore_errors=True)
-            cmd = ([self.python, osp.join(ROOT, 'tools', 'train.py'),
-                    osp.join(ROOT, config), '--work-dir', work_dir] +
-                   (['--amp'] if amp else []) + ['--cfg-options'] +
+            cmd = ([
+                self.python,
+                osp.join(ROOT, 'tools', 'train.py'),
+                osp.join(ROOT, config), '--work-dir', work_dir
+            ] + (['--amp'] if amp else []) + ['--cfg-options'] +
                    training_options(kind, iters, self.dry))
             # The configs find the demo data under ./data/demo.
             run = self.command(name, cmd, share, cwd=self.work,
-                               cpus=self.timing_cpus,
-                               log=f'{name}-{label}')
+                               cpus=self.timing_cpus, log=f'{name}-{label}')
             run.update(config=config, **training_summary(work_dir))
             if run['scalars']:
-                shutil.copyfile(run['scalars'], osp.join(
-                    self.logs, f'{name}-{label}.scalars.json'))
+                shutil.copyfile(
+                    run['scalars'],
+                    osp.join(self.logs, f'{name}-{label}.scalars.json'))
                 run['scalars'] = f'logs/{name}-{label}.scalars.json'
             runs[label] = run
         result = dict(iters=iters, amp=amp, runs=runs,
@@ -943,17 +973,19 @@ class Suite:
         stock, hgw = runs['stock'], runs['hgwcaps']
         if stock.get('iter_time_s') and hgw.get('iter_time_s'):
             result['time_ratio'] = hgw['iter_time_s'] / stock['iter_time_s']
-        bad = [f'{label}: ' + ('stopped at its time limit' if r['timed_out']
-                               else f'exit {r["returncode"]}'
-                               if r['returncode'] else 'non-finite loss')
-               for label, r in runs.items()
-               if r['timed_out'] or r['returncode'] or
-               not r['losses_finite']]
+        bad = [
+            f'{label}: ' + ('stopped at its time limit'
+                            if r['timed_out'] else f'exit {r["returncode"]}'
+                            if r['returncode'] else 'non-finite loss')
+            for label, r in runs.items()
+            if r['timed_out'] or r['returncode'] or not r['losses_finite']
+        ]
         if bad:
             self.report['stages'][name]['result'] = result
-            raise Stop('timeout' if any(r['timed_out'] for r in
-                                        runs.values()) else 'failed',
-                       '; '.join(bad))
+            raise Stop(
+                'timeout' if any(r['timed_out']
+                                 for r in runs.values()) else 'failed',
+                '; '.join(bad))
         return result
 
     def start_tests(self, limit):
@@ -963,9 +995,9 @@ class Suite:
         workers = self.args.test_workers
         if workers is None:
             workers = len(self.build_cpus) // 2
-        probe = subprocess.run([self.python, '-c', 'import xdist, '
-                                'pytest_timeout'], env=self.env(),
-                               capture_output=True)
+        probe = subprocess.run(
+            [self.python, '-c', 'import xdist, '
+             'pytest_timeout'], env=self.env(), capture_output=True)
         if probe.returncode:
             workers = 0
         else:
@@ -975,14 +1007,16 @@ class Suite:
         else:
             workers = 0
         junit = osp.join(self.logs, 'tests.xml')
-        cmd = [self.python, '-m', 'pytest', *args, '-q', '-p',
-               'no:cacheprovider', '-rfE', f'--junitxml={junit}']
+        cmd = [
+            self.python, '-m', 'pytest', *args, '-q', '-p', 'no:cacheprovider',
+            '-rfE', f'--junitxml={junit}'
+        ]
         log = osp.join(self.logs, 'tests.log')
         env = self.env(dict(OMP_NUM_THREADS='2'))
-        self.tests_job = dict(proc=launch(cmd, log, env, ROOT,
-                                          self.build_cpus),
-                              started=time.monotonic(), limit=limit,
-                              junit=junit, command=shlex.join(cmd))
+        self.tests_job = dict(
+            proc=launch(cmd, log, env, ROOT,
+                        self.build_cpus), started=time.monotonic(),
+            limit=limit, junit=junit, command=shlex.join(cmd))
         return dict(state='running', xdist_workers=workers or None)
 
     def settle_tests(self):
@@ -996,24 +1030,25 @@ class Suite:
         fields = dict(command=job['command'], returncode=returncode,
                       timed_out=timed_out)
         if not osp.exists(job['junit']):
-            self.finish_stage('tests', 'timeout' if timed_out else 'failed',
-                              fields, 'pytest wrote no report; see '
-                              'logs/tests.log:\n' +
-                              tail(osp.join(self.logs, 'tests.log'), 1500))
+            self.finish_stage(
+                'tests', 'timeout' if timed_out else 'failed', fields,
+                'pytest wrote no report; see '
+                'logs/tests.log:\n' +
+                tail(osp.join(self.logs, 'tests.log'), 1500))
             return
         fields.update(junit_summary(job['junit']))
         bad = timed_out or fields['failures'] or fields['errors']
-        self.finish_stage('tests', ('timeout' if timed_out else 'failed')
-                          if bad else 'ok', fields,
-                          f'{fields["failures"]} failed, {fields["errors"]} '
-                          f'errors of {fields["tests"]}' if bad else None)
+        self.finish_stage(
+            'tests', ('timeout' if timed_out else 'failed') if bad else 'ok',
+            fields, f'{fields["failures"]} failed, {fields["errors"]} '
+            f'errors of {fields["tests"]}' if bad else None)
 
     def poll_background(self):
         """Between stages: settle what has finished, and start the whole
         test suite once mmcv is built and the C++ kernels are ready."""
         self.settle_mmcv(0)
-        if (self.ops == 'built' and self.tests_job is None and
-                'tests' not in self.report['stages']):
+        if (self.ops == 'built' and self.tests_job is None
+                and 'tests' not in self.report['stages']):
             if not self.settle_ext(0):
                 return
             self.stage('tests', self.start_tests)
@@ -1032,14 +1067,16 @@ class Suite:
         self.stage('environment', self.environment)
         self.stage('mmcv-build', self.start_mmcv_build)
         self.stage('mmhgw-ext', self.start_ext_build)
-        steps = dict(data=self.make_data, **{
-            'test-cuda': self.test_cuda, 'bench-op': self.bench_op,
-            'bench-layer': self.bench_layer,
-            'train-unet': lambda t: self.train('train-unet', t),
-            'train-deeplabv3plus': lambda t: self.train(
-                'train-deeplabv3plus', t),
-            'bench-mask-rcnn': self.bench_mask_rcnn,
-            'train-mask-rcnn': lambda t: self.train('train-mask-rcnn', t)})
+        steps = dict(
+            data=self.make_data, **{
+                'test-cuda': self.test_cuda, 'bench-op': self.bench_op,
+                'bench-layer': self.bench_layer,
+                'train-unet': lambda t: self.train('train-unet', t),
+                'train-deeplabv3plus': lambda t: self.train(
+                    'train-deeplabv3plus', t),
+                'bench-mask-rcnn': self.bench_mask_rcnn,
+                'train-mask-rcnn': lambda t: self.train('train-mask-rcnn', t)
+            })
         for name in FOREGROUND_BEFORE_OPS:
             self.stage(name, steps[name])
             self.poll_background()
@@ -1051,10 +1088,10 @@ class Suite:
         self.poll_background()
         for name in FOREGROUND_AFTER_OPS:
             if self.ops != 'built' and not self.skip_reason(name):
-                self.record(name, status='skipped',
-                            reason='mmcv ops not built: ' + self.report[
-                                'stages'].get('mmcv-build', {}).get(
-                                    'status', 'not run'))
+                self.record(
+                    name, status='skipped',
+                    reason='mmcv ops not built: ' + self.report['stages'].get(
+                        'mmcv-build', {}).get('status', 'not run'))
                 continue
             self.stage(name, steps[name])
             self.poll_background()
@@ -1069,12 +1106,12 @@ class Suite:
         for name in ('mmcv-build', 'mmhgw-ext'):
             stage = self.report['stages'].get(name, {})
             if stage.get('status') == 'running':
-                self.finish_stage(name, 'timeout', {},
-                                  'still running at the end of the budget'
-                                  + (' (the mmcv build goes on in its own '
-                                     'session: a next run on this machine '
-                                     'waits for it)' if name == 'mmcv-build'
-                                     else ''))
+                self.finish_stage(
+                    name, 'timeout', {},
+                    'still running at the end of the budget' +
+                    (' (the mmcv build goes on in its own '
+                     'session: a next run on this machine '
+                     'waits for it)' if name == 'mmcv-build' else ''))
         self.report['finished'] = datetime.datetime.now().isoformat(
             timespec='seconds')
         self.save(pack=True)
@@ -1088,34 +1125,42 @@ class Suite:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('out', help='folder for gpu_suite.json and logs/')
-    parser.add_argument('--wheelhouse', default=osp.join(ROOT, 'wheelhouse'),
-                        help='made by tools/gpu/wheelhouse.py (default: '
-                        'wheelhouse/ in the repository)')
-    parser.add_argument('--work', help=f'machine-local folder for the '
-                        f'install, the builds, the data and the runs '
-                        f'(default: {DEFAULT_WORK}; dry run: OUT/work)')
+    parser.add_argument(
+        '--wheelhouse', default=osp.join(ROOT, 'wheelhouse'),
+        help='made by tools/gpu/wheelhouse.py (default: '
+        'wheelhouse/ in the repository)')
+    parser.add_argument(
+        '--work', help=f'machine-local folder for the '
+        f'install, the builds, the data and the runs '
+        f'(default: {DEFAULT_WORK}; dry run: OUT/work)')
     parser.add_argument('--budget', type=float, default=540,
                         help='seconds for the whole run (default 540)')
-    parser.add_argument('--stages', help='comma-separated stages to run '
-                        '(with what they need); default: all')
+    parser.add_argument(
+        '--stages', help='comma-separated stages to run '
+        '(with what they need); default: all')
     parser.add_argument('--skip', help='comma-separated stages not to run')
     parser.add_argument('--train-iters', type=int, default=300,
                         help='iterations of each UNet and DeepLabV3+ run')
     parser.add_argument('--det-iters', type=int, default=100,
                         help='iterations of each Mask R-CNN run')
-    parser.add_argument('--timing-cpus', type=int, default=3,
-                        help='cores kept for the timed stages (the builds '
-                        'and the tests get the rest)')
-    parser.add_argument('--test-workers', type=int,
-                        help='pytest-xdist workers of the whole suite '
-                        '(default: half the build\'s cores; 0: none)')
-    parser.add_argument('--cuda-arch', help='TORCH_CUDA_ARCH_LIST for mmcv '
-                        '(default: the device\'s, e.g. 9.0)')
-    parser.add_argument('--archive', help='also pack OUT into this .tar.gz '
-                        'after every stage')
-    parser.add_argument('--dry-run', action='store_true',
-                        help='the CPU-side stages, small and short, in this '
-                        'environment')
+    parser.add_argument(
+        '--timing-cpus', type=int, default=3,
+        help='cores kept for the timed stages (the builds '
+        'and the tests get the rest)')
+    parser.add_argument(
+        '--test-workers', type=int,
+        help='pytest-xdist workers of the whole suite '
+        '(default: half the build\'s cores; 0: none)')
+    parser.add_argument(
+        '--cuda-arch', help='TORCH_CUDA_ARCH_LIST for mmcv '
+        '(default: the device\'s, e.g. 9.0)')
+    parser.add_argument(
+        '--archive', help='also pack OUT into this .tar.gz '
+        'after every stage')
+    parser.add_argument(
+        '--dry-run', action='store_true',
+        help='the CPU-side stages, small and short, in this '
+        'environment')
     args = parser.parse_args(argv)
     if args.budget <= 0:
         parser.error('--budget must be positive')

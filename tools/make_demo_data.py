@@ -6,12 +6,10 @@ no download.
 """
 import argparse
 import os.path as osp
-import sys
 import time
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-from mmhgw.datasets.synthetic import make_all  # noqa: E402
-from mmhgw.datasets.synthetic_cls import make_shape_classification  # noqa
+from mmhgw.datasets.synthetic import make_all
+from mmhgw.datasets.synthetic_cls import make_shape_classification
 
 
 def main():

@@ -17,9 +17,9 @@ import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
 from mmhgw.config_check import check_registry_types
 from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.cpu_dist import finish_distributed, prepare_cpu_distributed
+from mmhgw.engine.hooks import CheckpointFitHook
 from mmhgw.engine.test_options import (add_test_options, apply_test_options,
                                        write_test_outputs)
-from mmhgw.engine.hooks import CheckpointFitHook
 
 
 def parse_args():
@@ -45,8 +45,9 @@ def main():
     cfg.load_from = args.checkpoint
     apply_test_options(cfg, args)
     runner = Runner.from_cfg(cfg)
-    runner.register_hook(CheckpointFitHook(
-        args.checkpoint, 'test', allow_partial=args.allow_partial))
+    runner.register_hook(
+        CheckpointFitHook(args.checkpoint, 'test',
+                          allow_partial=args.allow_partial))
     metrics = runner.test()
     print(metrics)
     if args.metrics_out:

@@ -17,8 +17,8 @@ import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
 from mmhgw.config_check import check_registry_types
 from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.cpu_dist import finish_distributed, prepare_cpu_distributed
-from mmhgw.engine.preflight import check_weight_sources
 from mmhgw.engine.hooks import CheckpointFitHook
+from mmhgw.engine.preflight import check_weight_sources
 from mmhgw.engine.work_dir import claim_work_dir
 
 

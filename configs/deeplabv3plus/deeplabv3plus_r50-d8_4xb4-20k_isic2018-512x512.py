@@ -7,10 +7,9 @@ _base_ = [
 ]
 crop_size = (512, 512)
 data_preprocessor = dict(size=crop_size)
-model = dict(
-    data_preprocessor=data_preprocessor,
-    decode_head=dict(num_classes=2),
-    auxiliary_head=dict(num_classes=2))
+model = dict(data_preprocessor=data_preprocessor,
+             decode_head=dict(num_classes=2),
+             auxiliary_head=dict(num_classes=2))
 # The project's runtime additions: stop a diverged run before it writes a
 # NaN checkpoint; random generator states in checkpoints (exact resume).
 custom_hooks = [dict(type='NonFiniteGuardHook'), dict(type='RNGStateHook')]

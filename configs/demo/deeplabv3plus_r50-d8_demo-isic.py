@@ -1,6 +1,7 @@
 # Stock DeepLabV3+ R-50-D8 on the built-in lesion set (ISIC-2018 layout,
 # made by tools/make_demo_data.py): the baseline of the HGWCaps demo config.
-# Changes to ../deeplabv3plus/deeplabv3plus_r50-d8_4xb4-20k_isic2018-512x512.py:
+# Changes to
+# ../deeplabv3plus/deeplabv3plus_r50-d8_4xb4-20k_isic2018-512x512.py:
 # data path, image size, a short schedule, and no ImageNet weights (they
 # cannot be fetched offline; the backbone trains from scratch).
 _base_ = ['../deeplabv3plus/deeplabv3plus_r50-d8_4xb4-20k_isic2018-512x512.py']
@@ -38,6 +39,5 @@ param_scheduler = [
     dict(type='PolyLR', eta_min=1e-4, power=0.9, begin=0, end=max_iters,
          by_epoch=False)
 ]
-default_hooks = dict(
-    logger=dict(interval=10),
-    checkpoint=dict(by_epoch=False, interval=max_iters // 3))
+default_hooks = dict(logger=dict(interval=10),
+                     checkpoint=dict(by_epoch=False, interval=max_iters // 3))

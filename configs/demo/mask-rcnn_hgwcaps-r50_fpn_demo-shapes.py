@@ -4,11 +4,8 @@
 # COCO config; the beta warm-up is shortened to the schedule.
 _base_ = ['./mask-rcnn_r50_fpn_demo-shapes.py', '../_base_/hgw_layer.py']
 
-model = dict(
-    backbone=dict(
-        type='HGWCapsResNet',
-        hgw_cfg={{_base_.hgw_cfg}},
-        stage_with_hgw=(False, False, True, True)))
+model = dict(backbone=dict(type='HGWCapsResNet', hgw_cfg={{_base_.hgw_cfg}},
+                           stage_with_hgw=(False, False, True, True)))
 custom_hooks = [
     dict(type='HGWBetaWarmupHook', warmup_iters=50),
     dict(type='HGWLossScaleHook'),

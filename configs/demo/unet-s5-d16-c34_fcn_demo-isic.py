@@ -3,7 +3,6 @@
 # control of unet-hgwcaps-s5-d16_fcn_demo-isic.py.
 _base_ = ['./unet-s5-d16_fcn_demo-isic.py']
 
-model = dict(
-    backbone=dict(base_channels=34),
-    decode_head=dict(in_channels=34, channels=34),
-    auxiliary_head=dict(in_channels=68, channels=34))
+model = dict(backbone=dict(base_channels=34),
+             decode_head=dict(in_channels=34, channels=34),
+             auxiliary_head=dict(in_channels=68, channels=34))

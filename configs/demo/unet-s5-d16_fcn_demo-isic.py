@@ -37,6 +37,5 @@ param_scheduler = [
     dict(type='PolyLR', eta_min=1e-4, power=0.9, begin=0, end=max_iters,
          by_epoch=False)
 ]
-default_hooks = dict(
-    logger=dict(interval=10),
-    checkpoint=dict(by_epoch=False, interval=max_iters // 3))
+default_hooks = dict(logger=dict(interval=10),
+                     checkpoint=dict(by_epoch=False, interval=max_iters // 3))

@@ -7,8 +7,5 @@ _base_ = [
     'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py', '../_base_/hgwcaps.py'
 ]
 
-model = dict(
-    backbone=dict(
-        type='HGWCapsResNet',
-        hgw_cfg={{_base_.hgw_cfg}},
-        stage_with_hgw=(False, False, True, True)))
+model = dict(backbone=dict(type='HGWCapsResNet', hgw_cfg={{_base_.hgw_cfg}},
+                           stage_with_hgw=(False, False, True, True)))

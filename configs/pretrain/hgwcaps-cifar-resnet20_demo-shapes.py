@@ -9,19 +9,11 @@ _base_ = ['./cifar-resnet20_demo-shapes.py']
 hgw_cfg = dict(type='HGWCaps', in_types=32, out_types=32)
 
 model = dict(
-    backbone=dict(
-        type='HGWCapsCIFARResNet',
-        hgw_cfg=hgw_cfg,
-        stage_with_hgw=(False, False, True)),
+    backbone=dict(type='HGWCapsCIFARResNet', hgw_cfg=hgw_cfg,
+                  stage_with_hgw=(False, False, True)),
     neck=dict(_delete_=True, type='CapsulePoolNeck', num_types=32),
-    head=dict(
-        _delete_=True,
-        type='ClassCapsuleHead',
-        num_classes=4,
-        in_channels=64,
-        in_types=32,
-        class_dim=16,
-        routing_cfg=hgw_cfg))
+    head=dict(_delete_=True, type='ClassCapsuleHead', num_classes=4,
+              in_channels=64, in_types=32, class_dim=16, routing_cfg=hgw_cfg))
 custom_hooks = [
     dict(type='HGWBetaWarmupHook', warmup_iters=20),
     dict(type='HGWLossScaleHook'),

@@ -9,20 +9,13 @@ _base_ = ['./resnet110_cifar10.py', '../_base_/hgw_layer.py']
 # Its 32 capsule types give the paper's dimension 2 on 64 channels.
 
 model = dict(
-    backbone=dict(
-        type='HGWCapsCIFARResNet',
-        depth=110,
-        hgw_cfg={{_base_.hgw_cfg}},
-        stage_with_hgw=(False, False, True)),
+    backbone=dict(type='HGWCapsCIFARResNet', depth=110,
+                  hgw_cfg={{_base_.hgw_cfg}},
+                  stage_with_hgw=(False, False, True)),
     neck=dict(_delete_=True, type='CapsulePoolNeck', num_types=32),
-    head=dict(
-        _delete_=True,
-        type='ClassCapsuleHead',
-        num_classes=10,
-        in_channels=64,
-        in_types=32,
-        class_dim=16,
-        routing_cfg={{_base_.hgw_cfg}}))
+    head=dict(_delete_=True, type='ClassCapsuleHead', num_classes=10,
+              in_channels=64, in_types=32, class_dim=16,
+              routing_cfg={{_base_.hgw_cfg}}))
 
 # beta_u = u / U (paper, Algorithm 1) over the first 2 epochs (391 steps
 # each); the other hooks of an HGWCaps run as in hgw_layer.py.

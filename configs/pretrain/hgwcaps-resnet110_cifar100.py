@@ -3,10 +3,8 @@
 _base_ = ['./hgwcaps-resnet110_cifar10.py']
 
 dataset_type = 'CIFAR100'
-data_preprocessor = dict(
-    num_classes=100,
-    mean=[129.304, 124.070, 112.434],
-    std=[68.170, 65.392, 70.418])
+data_preprocessor = dict(num_classes=100, mean=[129.304, 124.070, 112.434],
+                         std=[68.170, 65.392, 70.418])
 train_dataloader = dict(
     dataset=dict(type=dataset_type, data_root='data/cifar100'))
 val_dataloader = dict(

@@ -12,19 +12,18 @@ _base_ = [
     '../_base_/hgwcaps.py',
 ]
 
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='HGWCapsResNet',
-        depth=50,
-        out_indices=(3, ),
-        style='pytorch',
-        # Trained from scratch: BN statistics are learned, nothing frozen
-        # (MMDetection's ResNet defaults are for fine-tuning).
-        norm_eval=False,
-        frozen_stages=-1,
-        hgw_cfg={{_base_.hgw_cfg}},
-        stage_with_hgw=(False, False, True, True)))
+model = dict(backbone=dict(
+    _delete_=True,
+    type='HGWCapsResNet',
+    depth=50,
+    out_indices=(3, ),
+    style='pytorch',
+    # Trained from scratch: BN statistics are learned, nothing frozen
+    # (MMDetection's ResNet defaults are for fine-tuning).
+    norm_eval=False,
+    frozen_stages=-1,
+    hgw_cfg={{_base_.hgw_cfg}},
+    stage_with_hgw=(False, False, True, True)))
 
 # beta_u = u / U (paper, Algorithm 1) over the first epoch at 8 x 32.
 custom_hooks = [

@@ -11,16 +11,12 @@ _base_ = [
     '../_base_/hgwcaps.py',
 ]
 
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='HGWCapsResNetV1c',
-        depth=50,
-        out_indices=(3, ),
-        style='pytorch',
-        norm_eval=False,
-        hgw_cfg={{_base_.hgw_cfg}},
-        stage_with_hgw=(False, False, True, True)))
+model = dict(backbone=dict(_delete_=True, type='HGWCapsResNetV1c', depth=50,
+                           out_indices=(3, ), style='pytorch', norm_eval=False,
+                           hgw_cfg={{_base_.hgw_cfg}}, stage_with_hgw=(False,
+                                                                       False,
+                                                                       True,
+                                                                       True)))
 
 custom_hooks = [
     dict(type='HGWBetaWarmupHook', warmup_iters=5000),

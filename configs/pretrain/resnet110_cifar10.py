@@ -10,15 +10,11 @@ _base_ = [
 custom_imports = dict(imports=['mmhgw'], allow_failed_imports=False)
 
 model = dict(
-    type='ImageClassifier',
-    backbone=dict(type='CIFARResNet', depth=110),
+    type='ImageClassifier', backbone=dict(type='CIFARResNet', depth=110),
     neck=dict(type='GlobalAveragePooling'),
-    head=dict(
-        type='LinearClsHead',
-        num_classes=10,
-        in_channels=64,
-        loss=dict(type='CrossEntropyLoss', loss_weight=1.0)))
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=64,
+              loss=dict(type='CrossEntropyLoss', loss_weight=1.0)))
 
-param_scheduler = dict(
-    type='MultiStepLR', by_epoch=True, milestones=[30, 60, 90], gamma=0.1)
+param_scheduler = dict(type='MultiStepLR', by_epoch=True,
+                       milestones=[30, 60, 90], gamma=0.1)
 train_cfg = dict(by_epoch=True, max_epochs=100, val_interval=1)

@@ -3,8 +3,7 @@
 # the 20k schedule included, as the stock baseline config.
 # The stock baseline brings the plugin import.
 _base_ = [
-    './unet-s5-d16_fcn_4xb4-20k_voc12aug-512x512.py',
-    '../_base_/hgw_layer.py'
+    './unet-s5-d16_fcn_4xb4-20k_voc12aug-512x512.py', '../_base_/hgw_layer.py'
 ]
 model = dict(backbone=dict(type='HGWCapsUNet', hgw_cfg={{_base_.hgw_cfg}}))
 custom_hooks = {{_base_.hgw_hooks}}

@@ -4,15 +4,14 @@
 _base_ = [
     'mmseg::_base_/models/fcn_unet_s5-d16.py',
     'mmseg::_base_/datasets/pascal_voc12_aug.py',
-    'mmseg::_base_/default_runtime.py', 'mmseg::_base_/schedules/schedule_20k.py'
+    'mmseg::_base_/default_runtime.py',
+    'mmseg::_base_/schedules/schedule_20k.py'
 ]
 crop_size = (512, 512)
 data_preprocessor = dict(size=crop_size)
-model = dict(
-    data_preprocessor=data_preprocessor,
-    decode_head=dict(num_classes=21),
-    auxiliary_head=dict(num_classes=21),
-    test_cfg=dict(mode='whole'))
+model = dict(data_preprocessor=data_preprocessor,
+             decode_head=dict(num_classes=21),
+             auxiliary_head=dict(num_classes=21), test_cfg=dict(mode='whole'))
 # mmhgw provides the hooks below, and lets mmengine load this config's
 # checkpoints under torch's weights_only loading.
 custom_imports = dict(imports=['mmhgw'], allow_failed_imports=False)

@@ -18,8 +18,8 @@ def _flatten(out):
 
 def _data_sample(scope: str, height: int, width: int):
     meta = dict(img_shape=(height, width), ori_shape=(height, width),
-                pad_shape=(height, width),
-                batch_input_shape=(height, width), scale_factor=(1.0, 1.0))
+                pad_shape=(height, width), batch_input_shape=(height, width),
+                scale_factor=(1.0, 1.0))
     if scope == 'mmdet':
         from mmdet.structures import DetDataSample
         return DetDataSample(metainfo=meta)

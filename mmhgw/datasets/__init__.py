@@ -6,5 +6,7 @@ from .transforms import AffineWarp, affine_matrix
 
 install_coco_checks()
 
-__all__ = _isic + ['make_shape_classification', 'install_coco_checks',
-                   'AffineWarp', 'affine_matrix']
+__all__ = _isic + [
+    'make_shape_classification', 'install_coco_checks', 'AffineWarp',
+    'affine_matrix'
+]

@@ -39,8 +39,9 @@ def _segmentation_problem(seg):
     if not seg:
         return 'has an empty "segmentation": []'
     # The form, not every coordinate: COCO has ~860k annotations.
-    if not all(isinstance(p, (list, tuple)) and (not p or _is_number(p[0]))
-               for p in seg):
+    if not all(
+            isinstance(p, (list, tuple)) and (not p or _is_number(p[0]))
+            for p in seg):
         return ('has a "segmentation" that is not a list of polygons '
                 '(lists of numbers)')
     return None
@@ -53,8 +54,7 @@ def loads_masks(dataset) -> bool:
     return any(getattr(t, 'with_mask', False) for t in transforms)
 
 
-def check_coco_annotations(dataset, raw_data_info: dict,
-                           with_mask: bool):
+def check_coco_annotations(dataset, raw_data_info: dict, with_mask: bool):
     """Refuse the malformed annotations of one image of ``dataset`` (its
     ``raw_data_info`` as ``CocoDataset.load_data_list`` passes it)."""
     img = raw_data_info.get('raw_img_info') or {}
@@ -98,8 +98,10 @@ def check_coco_annotations(dataset, raw_data_info: dict,
 
 
 #: Fields pycocotools indexes every annotation and image by.
-INDEXED = {'annotations': ('id', 'image_id', 'category_id'),
-           'images': ('id', ), 'categories': ('id', )}
+INDEXED = {
+    'annotations': ('id', 'image_id', 'category_id'), 'images': ('id', ),
+    'categories': ('id', )
+}
 
 
 def _unindexable(ann_file: str, err: Exception) -> str:

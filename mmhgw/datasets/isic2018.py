@@ -156,17 +156,16 @@ if SEG_DATASETS is not None:
         METAINFO = dict(classes=('background', 'lesion'),
                         palette=[[0, 0, 0], [255, 255, 255]])
 
-        def __init__(self,
-                     img_suffix: Union[str, Sequence[str]] = IMAGE_SUFFIXES,
+        def __init__(self, img_suffix: Union[str,
+                                             Sequence[str]] = IMAGE_SUFFIXES,
                      seg_map_suffix: str = '_segmentation.png',
                      reduce_zero_label: bool = False,
                      check_mask_size: bool = True,
-                     check_mask_values: bool = True,
-                     **kwargs):
+                     check_mask_values: bool = True, **kwargs):
             suffixes = (img_suffix, ) if isinstance(img_suffix, str) \
                 else tuple(img_suffix)
-            if not suffixes or not all(isinstance(s, str) and s
-                                       for s in suffixes):
+            if not suffixes or not all(
+                    isinstance(s, str) and s for s in suffixes):
                 raise ValueError(f'img_suffix must be a non-empty suffix or '
                                  f'sequence of them, got {img_suffix!r}')
             self.img_suffixes = suffixes
@@ -222,11 +221,14 @@ if SEG_DATASETS is not None:
                     if not stem:
                         continue
                     candidates = [
-                        osp.join(img_dir, stem + s) for suffix in
-                        self.img_suffixes for s in (suffix, suffix.upper())
+                        osp.join(img_dir, stem + s)
+                        for suffix in self.img_suffixes
+                        for s in (suffix, suffix.upper())
                     ]
-                    found = [p for p in candidates
-                             if fileio.exists(p, self.backend_args)]
+                    found = [
+                        p for p in candidates
+                        if fileio.exists(p, self.backend_args)
+                    ]
                     if not found:
                         raise FileNotFoundError(
                             f'{self.ann_file} lists {stem!r}, but no image '
@@ -234,8 +236,8 @@ if SEG_DATASETS is not None:
                     data_list.append(self._info(found[0], stem))
                 source = f'{self.ann_file} (images in {img_dir})'
             else:
-                if img_dir is None or not fileio.isdir(
-                        img_dir, self.backend_args):
+                if img_dir is None or not fileio.isdir(img_dir,
+                                                       self.backend_args):
                     raise FileNotFoundError(
                         f'{type(self).__name__}: image folder {img_dir} '
                         f'does not exist (data_root + '
@@ -264,8 +266,7 @@ if SEG_DATASETS is not None:
                 # fail on a corrupt mask with an error that names none.
                 info = self.get_data_info(idx)
                 for what, key, flag in (('image', 'img_path', 'color'),
-                                        ('mask', 'seg_map_path',
-                                         'unchanged')):
+                                        ('mask', 'seg_map_path', 'unchanged')):
                     path = info.get(key)
                     if path is None:
                         continue
@@ -282,5 +283,4 @@ if SEG_DATASETS is not None:
                             f'{err})') from err
                 raise
 
-    __all__ += ['ISIC2018Dataset', 'CheckSegMapSize',
-                'LoadISICAnnotations']
+    __all__ += ['ISIC2018Dataset', 'CheckSegMapSize', 'LoadISICAnnotations']

@@ -39,9 +39,10 @@ def _progress(total: int, label: str) -> Callable[[], None]:
         filled = width * done[0] // total
         if filled == width * (done[0] - 1) // total and done[0] < total:
             return
-        print(f'\r{label:12s} [{"#" * filled}{"." * (width - filled)}] '
-              f'{done[0]}/{total}', end='\n' if done[0] == total else '',
-              flush=True)
+        print(
+            f'\r{label:12s} [{"#" * filled}{"." * (width - filled)}] '
+            f'{done[0]}/{total}', end='\n' if done[0] == total else '',
+            flush=True)
 
     return step
 
@@ -100,9 +101,9 @@ def _draw_shapes(rng, height, width, kinds, max_shapes, min_area):
     return img, kept
 
 
-def make_coco_instances(out_dir: str, num_train: int = 200,
-                        num_val: int = 50, size: Sequence[int] = (128, 160),
-                        seed: int = 0, max_shapes: int = 4,
+def make_coco_instances(out_dir: str, num_train: int = 200, num_val: int = 50,
+                        size: Sequence[int] = (128, 160), seed: int = 0,
+                        max_shapes: int = 4,
                         classes: Sequence[str] = SHAPES) -> dict:
     """COCO-format instance segmentation of shapes; returns its metainfo."""
     from pycocotools import mask as mask_utils
@@ -119,22 +120,23 @@ def make_coco_instances(out_dir: str, num_train: int = 200,
             name = f'{idx:012d}.jpg'
             cv2.imwrite(osp.join(out_dir, split, name), img,
                         [cv2.IMWRITE_JPEG_QUALITY, 95])
-            images.append(dict(id=idx, file_name=name, height=height,
-                               width=width))
+            images.append(
+                dict(id=idx, file_name=name, height=height, width=width))
             for label, mask in instances:
                 rle = mask_utils.encode(np.asfortranarray(mask))
                 x, y, w, h = mask_utils.toBbox(rle).tolist()
                 rle['counts'] = rle['counts'].decode('ascii')
-                annotations.append(dict(
-                    id=len(annotations) + 1, image_id=idx,
-                    category_id=label + 1, segmentation=rle,
-                    area=float(mask.sum()), bbox=[x, y, w, h], iscrowd=0))
+                annotations.append(
+                    dict(id=len(annotations) + 1, image_id=idx,
+                         category_id=label + 1, segmentation=rle,
+                         area=float(mask.sum()), bbox=[x, y, w, h], iscrowd=0))
             step()
         os.makedirs(osp.join(out_dir, 'annotations'), exist_ok=True)
-        with open(osp.join(out_dir, 'annotations',
-                           f'instances_{split}.json'), 'w') as f:
-            json.dump(dict(images=images, annotations=annotations,
-                           categories=categories), f)
+        with open(osp.join(out_dir, 'annotations', f'instances_{split}.json'),
+                  'w') as f:
+            json.dump(
+                dict(images=images, annotations=annotations,
+                     categories=categories), f)
     return dict(classes=tuple(classes))
 
 
@@ -153,9 +155,14 @@ def _voc_palette() -> list:
     return palette
 
 
-def make_voc_semantic(out_dir: str, num_train: int = 100, num_val: int = 30,
-                      size: Sequence[int] = (128, 160), seed: int = 0,
-                      class_ids: Sequence[int] = (1, 8, 12, 15)) -> None:
+def make_voc_semantic(
+        out_dir: str,
+        num_train: int = 100,
+        num_val: int = 30,
+        size: Sequence[int] = (128, 160),
+        seed: int = 0,
+        class_ids: Sequence[int] = (1, 8, 12, 15),
+) -> None:
     """Pascal VOC 2012 layout: shapes labelled with VOC class ids
     (default aeroplane, cat, dog, person), 255 borders."""
     from PIL import Image
@@ -186,8 +193,8 @@ def make_voc_semantic(out_dir: str, num_train: int = 100, num_val: int = 30,
             png.putpalette(palette)
             png.save(osp.join(root, 'SegmentationClass', name + '.png'))
             step()
-        with open(osp.join(root, 'ImageSets', 'Segmentation',
-                           f'{split}.txt'), 'w') as f:
+        with open(osp.join(root, 'ImageSets', 'Segmentation', f'{split}.txt'),
+                  'w') as f:
             f.write('\n'.join(names) + '\n')
 
 
@@ -200,8 +207,7 @@ def _smooth_field(rng: np.random.Generator, height: int, width: int,
     """A smooth random field in [-1, 1]: ``cells x cells`` random values
     interpolated to the image size."""
     coarse = rng.uniform(-1, 1, (cells, cells, channels)).astype(np.float32)
-    field = cv2.resize(coarse, (width, height),
-                       interpolation=cv2.INTER_CUBIC)
+    field = cv2.resize(coarse, (width, height), interpolation=cv2.INTER_CUBIC)
     return field.reshape(height, width, channels)
 
 
@@ -209,19 +215,24 @@ def _easy_lesion(rng, yy, xx):
     """Image (float BGR) and mask of one dark, clearly bounded lesion on
     plain skin with grain."""
     height, width = yy.shape
-    skin = np.array([rng.uniform(120, 170), rng.uniform(140, 180),
-                     rng.uniform(190, 230)], np.float32)
+    skin = np.array(
+        [rng.uniform(120, 170),
+         rng.uniform(140, 180),
+         rng.uniform(190, 230)], np.float32)
     img = skin + rng.normal(0, 7, (height, width, 3))
     cy, cx = rng.uniform(0.35, 0.65, 2) * (height, width)
     ry, rx = rng.uniform(0.12, 0.3, 2) * (height, width)
     theta = np.arctan2(yy - cy, xx - cx)
-    wobble = 1 + sum(rng.uniform(0, 0.12) * np.cos(
-        k * theta + rng.uniform(0, 2 * np.pi)) for k in (2, 3, 5))
+    wobble = 1 + sum(
+        rng.uniform(0, 0.12) * np.cos(k * theta + rng.uniform(0, 2 * np.pi))
+        for k in (2, 3, 5))
     radius = np.sqrt(((yy - cy) / ry)**2 + ((xx - cx) / rx)**2)
     mask = (radius < wobble).astype(np.uint8)
     depth = np.clip(1.2 - radius / wobble, 0, 1)[..., None]
-    lesion = np.array([rng.uniform(30, 70), rng.uniform(40, 80),
-                       rng.uniform(70, 120)], np.float32)
+    lesion = np.array(
+        [rng.uniform(30, 70),
+         rng.uniform(40, 80),
+         rng.uniform(70, 120)], np.float32)
     img = img * (1 - depth * mask[..., None]) + \
         lesion * depth * mask[..., None]
     return img, mask
@@ -234,8 +245,10 @@ def _hard_lesion(rng, yy, xx):
     (naevi, freckles) outside the mask and hairs across it."""
     height, width = yy.shape
     size = min(height, width)
-    skin = np.array([rng.uniform(120, 170), rng.uniform(140, 180),
-                     rng.uniform(180, 230)], np.float32)
+    skin = np.array(
+        [rng.uniform(120, 170),
+         rng.uniform(140, 180),
+         rng.uniform(180, 230)], np.float32)
     img = skin + 22 * _smooth_field(rng, height, width, 3, 1) + \
         10 * _smooth_field(rng, height, width, 12, 3)
     # Lesion: an ellipse with a ragged border (low harmonics and a rough
@@ -243,8 +256,9 @@ def _hard_lesion(rng, yy, xx):
     cy, cx = rng.uniform(0.3, 0.7, 2) * (height, width)
     ry, rx = rng.uniform(0.12, 0.3, 2) * (height, width)
     theta = np.arctan2(yy - cy, xx - cx)
-    wobble = 1 + sum(rng.uniform(0, 0.15) * np.cos(
-        k * theta + rng.uniform(0, 2 * np.pi)) for k in (2, 3, 4, 6, 9))
+    wobble = 1 + sum(
+        rng.uniform(0, 0.15) * np.cos(k * theta + rng.uniform(0, 2 * np.pi))
+        for k in (2, 3, 4, 6, 9))
     rough = rng.normal(0, 0.06, 24)
     wobble += np.interp(theta, np.linspace(-np.pi, np.pi, 25),
                         np.append(rough, rough[0]))
@@ -253,8 +267,9 @@ def _hard_lesion(rng, yy, xx):
     # Opacity fades across the border over a random width: no sharp edge.
     fade = rng.uniform(0.15, 0.45)
     alpha = np.clip((1 + fade / 2 - radius) / fade, 0, 1)
-    alpha *= np.clip(0.75 + 0.35 * _smooth_field(rng, height, width, 6, 1)
-                     [..., 0], 0.3, 1)  # mottled pigment
+    alpha *= np.clip(
+        0.75 + 0.35 * _smooth_field(rng, height, width, 6, 1)[..., 0], 0.3,
+        1)  # mottled pigment
     # Brownish (blue darkened most, red least), 15-40% darker than skin.
     darker = rng.uniform(0.62, 0.85) + np.array([-0.08, -0.04, 0.04],
                                                 np.float32)
@@ -265,8 +280,7 @@ def _hard_lesion(rng, yy, xx):
         sy, sx = rng.uniform(r, height - r), rng.uniform(r, width - r)
         spot = np.sqrt((yy - sy)**2 + (xx - sx)**2) / r
         spot_alpha = np.clip(1.3 - spot, 0, 1) * (1 - mask)
-        img *= 1 - spot_alpha[..., None] * (1 - darker * rng.uniform(
-            0.8, 1.1))
+        img *= 1 - spot_alpha[..., None] * (1 - darker * rng.uniform(0.8, 1.1))
     # Hairs: thin dark curves over everything.
     hair = np.zeros((height, width), np.float32)
     for _ in range(rng.integers(0, 5)):
@@ -276,8 +290,10 @@ def _hard_lesion(rng, yy, xx):
         steps = rng.uniform(0.06, 0.15) * size
         points = [start]
         for dt in turn:
-            points.append(points[-1] + steps * np.array(
-                [np.cos(heading + dt), np.sin(heading + dt)]))
+            points.append(
+                points[-1] +
+                steps * np.array([np.cos(heading + dt),
+                                  np.sin(heading + dt)]))
         cv2.polylines(hair, [np.round(np.array(points)).astype(np.int32)],
                       False, 1.0, thickness=1, lineType=cv2.LINE_AA)
     img = img * (1 - 0.6 * hair[..., None]) + rng.normal(
@@ -312,10 +328,10 @@ def make_isic_lesions(out_dir: str, num_train: int = 100, num_val: int = 30,
             img, mask = draw(rng, yy, xx)
             img = np.clip(img, 0, 255).astype(np.uint8)
             name = f'ISIC_{idx + (0 if split == "train" else 900000):07d}'
-            cv2.imwrite(osp.join(out_dir, 'images', split, name + '.jpg'),
-                        img)
-            cv2.imwrite(osp.join(out_dir, 'annotations', split,
-                                 name + '_segmentation.png'), mask * 255)
+            cv2.imwrite(osp.join(out_dir, 'images', split, name + '.jpg'), img)
+            cv2.imwrite(
+                osp.join(out_dir, 'annotations', split,
+                         name + '_segmentation.png'), mask * 255)
             step()
 
 
@@ -330,5 +346,4 @@ def make_all(root: str, seed: int = 0, scale: float = 1.0,
     if 'voc' in only:
         make_voc_semantic(root, n(100), n(30), seed=seed)
     if 'isic' in only:
-        make_isic_lesions(osp.join(root, 'ISIC2018'), n(100), n(30),
-                          seed=seed)
+        make_isic_lesions(osp.join(root, 'ISIC2018'), n(100), n(30), seed=seed)

@@ -50,9 +50,10 @@ def make_shape_classification(out_dir: str, num_train: int = 200,
             radius = rng.uniform(0.25, 0.42) * min(height, width)
             cx = rng.uniform(radius, width - radius)
             cy = rng.uniform(radius, height - radius)
-            poly = _shape_polygon(classes[label] if classes[label] in SHAPES
-                                  else SHAPES[label % len(SHAPES)], cx, cy,
-                                  radius, rng.uniform(0, 2 * np.pi))
+            poly = _shape_polygon(
+                classes[label] if classes[label] in SHAPES else
+                SHAPES[label % len(SHAPES)], cx, cy, radius,
+                rng.uniform(0, 2 * np.pi))
             mask = np.zeros((height, width), np.uint8)
             cv2.fillPoly(mask, [np.round(poly).astype(np.int32)], 1)
             img[mask > 0] = rng.uniform(0, 255, 3).astype(np.uint8)

@@ -76,24 +76,23 @@ class AffineWarp(BaseTransform):
         if self._identity():
             return results
         done = results.setdefault('affine_warped', [])
-        todo = [key for key in WARPED_KEYS
-                if results.get(key) is not None and key not in done]
+        todo = [
+            key for key in WARPED_KEYS
+            if results.get(key) is not None and key not in done
+        ]
         for key in todo:
-            results[key] = getattr(self, f'_warp_{key}')(results[key],
-                                                         results)
+            results[key] = getattr(self, f'_warp_{key}')(results[key], results)
             done.append(key)
         return results
 
     def _matrix(self, height: int, width: int) -> np.ndarray:
-        return affine_matrix(width, height, self.angle, self.scale,
-                             self.shear)
+        return affine_matrix(width, height, self.angle, self.scale, self.shear)
 
     def _warp_array(self, array, flags, pad):
         height, width = array.shape[:2]
         return cv2.warpAffine(array, self._matrix(height, width),
                               (width, height), flags=flags,
-                              borderMode=cv2.BORDER_CONSTANT,
-                              borderValue=pad)
+                              borderMode=cv2.BORDER_CONSTANT, borderValue=pad)
 
     def _warp_img(self, img, results):
         return self._warp_array(img, cv2.INTER_LINEAR, self.img_pad_val)
@@ -107,8 +106,9 @@ class AffineWarp(BaseTransform):
             raise TypeError('AffineWarp warps bitmap instance masks only '
                             '(LoadAnnotations with poly2mask=True), got '
                             f'{type(masks).__name__}')
-        warped = [self._warp_array(m, cv2.INTER_NEAREST, 0)
-                  for m in masks.masks]
+        warped = [
+            self._warp_array(m, cv2.INTER_NEAREST, 0) for m in masks.masks
+        ]
         array = np.stack(warped) if warped else \
             np.zeros((0, masks.height, masks.width), np.uint8)
         return BitmapMasks(array, masks.height, masks.width)

@@ -4,8 +4,7 @@ from .hooks import (CheckpointFitHook, HGWBetaWarmupHook, HGWLossScaleHook,
                     hgw_modules, loss_factor)
 
 __all__ = [
-    'allow_mmengine_checkpoints', 'load_checkpoint_file',
-    'CheckpointFitHook', 'HGWBetaWarmupHook', 'HGWLossScaleHook',
-    'NonFiniteGuardHook', 'RankConsistencyHook', 'RNGStateHook',
-    'hgw_modules', 'loss_factor'
+    'allow_mmengine_checkpoints', 'load_checkpoint_file', 'CheckpointFitHook',
+    'HGWBetaWarmupHook', 'HGWLossScaleHook', 'NonFiniteGuardHook',
+    'RankConsistencyHook', 'RNGStateHook', 'hgw_modules', 'loss_factor'
 ]

@@ -41,14 +41,13 @@ _NUMPY_SCALARS = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8,
                   np.uint16, np.uint32, np.uint64, np.float16, np.float32,
                   np.float64)
 
-
 #: The statistics methods ``HistoryBuffer`` pickles by attribute.
 HISTORY_BUFFER_METHODS = ('min', 'max', 'current', 'mean')
 
-
 #: What ``HistoryBuffer`` pickles besides ``statistics_methods``.
-HISTORY_BUFFER_STATE = {'max_length': int, '_log_history': np.ndarray,
-                        '_count_history': np.ndarray}
+HISTORY_BUFFER_STATE = {
+    'max_length': int, '_log_history': np.ndarray, '_count_history': np.ndarray
+}
 
 
 class CheckedHistoryBuffer(HistoryBuffer):
@@ -72,8 +71,8 @@ class CheckedHistoryBuffer(HistoryBuffer):
             raise pickle.UnpicklingError(
                 'HistoryBuffer statistics_methods must be a dict')
         registered = dict(HistoryBuffer._statistics_methods)
-        registered.update((n, getattr(HistoryBuffer, n))
-                          for n in HISTORY_BUFFER_METHODS)
+        registered.update(
+            (n, getattr(HistoryBuffer, n)) for n in HISTORY_BUFFER_METHODS)
         for name, method in methods.items():
             if registered.get(name) is not method:
                 raise pickle.UnpicklingError(
@@ -165,8 +164,10 @@ def _refusal_reason(err: Exception) -> str:
     """What torch's weights-only unpickler refused, without its preamble
     (the advice to retry with ``weights_only=False``) and its link."""
     parts = [p.strip() for p in str(err).split('\n\n') if p.strip()]
-    kept = [p for p in parts if not p.startswith(
-        ('Weights only load failed', 'Check the documentation'))]
+    kept = [
+        p for p in parts if not p.startswith(('Weights only load failed',
+                                              'Check the documentation'))
+    ]
     return ' '.join(kept) or str(err)
 
 
@@ -221,5 +222,6 @@ def use_safe_local_loader():
     allow-list."""
     from mmengine.runner.checkpoint import CheckpointLoader
     if CheckpointLoader._schemes.get('') is not load_checkpoint_file:
-        CheckpointLoader.register_scheme(
-            prefixes='', loader=load_checkpoint_file, force=True)
+        CheckpointLoader.register_scheme(prefixes='',
+                                         loader=load_checkpoint_file,
+                                         force=True)

@@ -15,19 +15,45 @@ from typing import Dict, Iterator, List, Optional, Tuple
 # overriding it afterwards changes nothing.
 RUNTIME_KEYS = frozenset({
     # mmengine 0.10.7: Runner.from_cfg and FlexibleRunner.from_cfg
-    'model', 'work_dir', 'train_dataloader', 'val_dataloader',
-    'test_dataloader', 'train_cfg', 'val_cfg', 'test_cfg', 'auto_scale_lr',
-    'optim_wrapper', 'param_scheduler', 'val_evaluator', 'test_evaluator',
-    'default_hooks', 'custom_hooks', 'data_preprocessor', 'load_from',
-    'resume', 'launcher', 'env_cfg', 'log_processor', 'log_level',
-    'visualizer', 'default_scope', 'randomness', 'experiment_name',
+    'model',
+    'work_dir',
+    'train_dataloader',
+    'val_dataloader',
+    'test_dataloader',
+    'train_cfg',
+    'val_cfg',
+    'test_cfg',
+    'auto_scale_lr',
+    'optim_wrapper',
+    'param_scheduler',
+    'val_evaluator',
+    'test_evaluator',
+    'default_hooks',
+    'custom_hooks',
+    'data_preprocessor',
+    'load_from',
+    'resume',
+    'launcher',
+    'env_cfg',
+    'log_processor',
+    'log_level',
+    'visualizer',
+    'default_scope',
+    'randomness',
+    'experiment_name',
     'strategy',
     # ... and the Runners' methods, through runner.cfg
-    'model_wrapper_cfg', 'sync_bn', 'find_unused_parameters',
-    'activation_checkpointing', 'efficient_conv_bn_eval', 'compile',
+    'model_wrapper_cfg',
+    'sync_bn',
+    'find_unused_parameters',
+    'activation_checkpointing',
+    'efficient_conv_bn_eval',
+    'compile',
     'init_weights_for_test_or_val',
     # the test tools' --tta; imported by config_from_args after the merge
-    'tta_model', 'tta_pipeline', 'custom_imports',
+    'tta_model',
+    'tta_pipeline',
+    'custom_imports',
 })
 
 # Runtime keys that the Runner reads only as a default for a key inside
@@ -171,9 +197,11 @@ def check_cfg_options(cfg, options: Optional[Dict[str, object]],
             problems.append(message)
             continue
         places = [] if rest else [
-            _dotted(p) for p, _ in _runtime_items(cfg) if p[-1] == top]
-        places += difflib.get_close_matches(
-            str(top), sorted(RUNTIME_KEYS | set(cfg)), n=3)
+            _dotted(p) for p, _ in _runtime_items(cfg) if p[-1] == top
+        ]
+        places += difflib.get_close_matches(str(top),
+                                            sorted(RUNTIME_KEYS | set(cfg)),
+                                            n=3)
         message = (f'{key}: `{top}` is not a key of this config and '
                    'nothing reads it.')
         if places:
@@ -220,9 +248,10 @@ def check_weight_sources(cfg):
     through torchvision's model zoo (``torchvision://``, ``modelzoo://``:
     stock ResNet ``init_cfg`` and ``load_from``) and torchvision does not
     import; the message names the keys and the ways on."""
-    uses = [(path, value) for path, value in _runtime_items(cfg.to_dict())
-            if isinstance(value, str) and value.startswith(
-                TORCHVISION_PREFIXES)]
+    uses = [
+        (path, value) for path, value in _runtime_items(cfg.to_dict())
+        if isinstance(value, str) and value.startswith(TORCHVISION_PREFIXES)
+    ]
     if not uses:
         return
     problem = _torchvision_problem()

@@ -18,9 +18,10 @@ SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
 # The test-time model that merges the augmented predictions, per scope,
 # when the config has no ``tta_model`` (mmdet's and mmpretrain's defaults).
 DEFAULT_TTA_MODELS = {
-    'mmdet': dict(type='DetTTAModel',
-                  tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
-                               max_per_img=100)),
+    'mmdet': dict(
+        type='DetTTAModel',
+        tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5),
+                     max_per_img=100)),
     'mmseg': dict(type='SegTTAModel'),
     'mmpretrain': dict(type='mmpretrain.AverageClsScoreTTA'),
 }
@@ -33,9 +34,8 @@ def add_test_options(parser):
     parser.add_argument(
         '--out', help='mmdet, mmpretrain: dump the predictions to this '
         '.pkl file; mmseg: save the predicted masks into this directory')
-    parser.add_argument(
-        '--out-item', choices=['metrics', 'pred'],
-        help='mmpretrain: what --out holds (default: pred)')
+    parser.add_argument('--out-item', choices=['metrics', 'pred'],
+                        help='mmpretrain: what --out holds (default: pred)')
     parser.add_argument('--show', action='store_true',
                         help='show the predictions in a window')
     parser.add_argument('--show-dir',
@@ -46,9 +46,10 @@ def add_test_options(parser):
         '--interval', type=int,
         help='paint every N-th image (default: the visualization hook\'s '
         'own; mmpretrain: 1)')
-    parser.add_argument('--tta', action='store_true',
-                        help='test-time augmentation (tta_model and '
-                        'tta_pipeline of the config; default: flips)')
+    parser.add_argument(
+        '--tta', action='store_true',
+        help='test-time augmentation (tta_model and '
+        'tta_pipeline of the config; default: flips)')
     parser.add_argument('--amp', action='store_true',
                         help='test under autocast (test_cfg.fp16)')
     parser.add_argument('--no-pin-memory', action='store_true',
@@ -83,16 +84,19 @@ def _flip_tta_pipeline(test_pipeline, scope):
     pack = pipeline.pop()
     if pack.get('meta_keys') is not None:
         pack['meta_keys'] = tuple(pack['meta_keys']) + tuple(
-            k for k in ('flip', 'flip_direction')
-            if k not in pack['meta_keys'])
+            k
+            for k in ('flip', 'flip_direction') if k not in pack['meta_keys'])
     annotations = [] if scope != 'mmseg' else [
-        step for step in pipeline if 'Annotations' in step['type']]
+        step for step in pipeline if 'Annotations' in step['type']
+    ]
     pipeline = [step for step in pipeline if step not in annotations]
-    flips = [dict(type='RandomFlip', prob=p, direction='horizontal')
-             for p in (0., 1.)]
-    pipeline.append(dict(type='TestTimeAug',
-                         transforms=[flips, *[[a] for a in annotations],
-                                     [pack]]))
+    flips = [
+        dict(type='RandomFlip', prob=p, direction='horizontal')
+        for p in (0., 1.)
+    ]
+    pipeline.append(
+        dict(type='TestTimeAug',
+             transforms=[flips, *[[a] for a in annotations], [pack]]))
     return pipeline
 
 
@@ -132,24 +136,30 @@ def _add_metric(cfg, metric):
 def _dump_predictions(cfg, out, scope):
     if scope == 'mmseg':
         evaluators = cfg.test_evaluator
-        for metric in (evaluators if isinstance(evaluators, (list, tuple))
-                       else [evaluators]):
+        for metric in (evaluators if isinstance(evaluators,
+                                                (list,
+                                                 tuple)) else [evaluators]):
             metric.update(output_dir=out, keep_results=True)
         return
     if not out.endswith(('.pkl', '.pickle')):
         raise ValueError(f'--out {out}: predictions are dumped to a pickle '
                          'file; name it *.pkl or *.pickle')
-    _add_metric(cfg, dict(type='DumpDetResults' if scope == 'mmdet' else
-                          'DumpResults', out_file_path=out))
+    _add_metric(
+        cfg,
+        dict(type='DumpDetResults' if scope == 'mmdet' else 'DumpResults',
+             out_file_path=out))
 
 
 def apply_test_options(cfg, args):
     """Change ``cfg`` for the options of :func:`add_test_options` as the
     config's scope's stock test script does, before the Runner is built."""
     scope = cfg.get('default_scope')
-    given = [flag for flag, on in (
-        ('--out', args.out), ('--show', args.show),
-        ('--show-dir', args.show_dir), ('--tta', args.tta)) if on]
+    given = [
+        flag
+        for flag, on in (('--out', args.out), ('--show', args.show),
+                         ('--show-dir', args.show_dir), ('--tta', args.tta))
+        if on
+    ]
     if given and scope not in SCOPES:
         raise ValueError(f'{" ".join(given)}: the config\'s default_scope '
                          f'is {scope!r}; these options follow the test '

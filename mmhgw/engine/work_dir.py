@@ -193,8 +193,7 @@ def latest_checkpoint(work_dir: str) -> str:
     work_dir = osp.abspath(work_dir)
     marker = osp.join(work_dir, LAST_CHECKPOINT)
     if not osp.isfile(marker):
-        raise WorkDirError(
-            f'{marker} does not exist ({_holdings(work_dir)})')
+        raise WorkDirError(f'{marker} does not exist ({_holdings(work_dir)})')
     with open(marker) as f:
         stored = f.read().strip()
     if not stored:

@@ -5,15 +5,14 @@ import os.path as osp
 import pytest
 import torch
 import torch.nn as nn
-
 from mmengine.analysis import get_model_complexity_info
 
 from mmhgw.analysis import count_flops
 from mmhgw.analysis.tracing import TensorModeModel
+from mmhgw.benchmarking import random_routing_inputs
+from mmhgw.config_utils import build_config_model, load_offline_config
 from mmhgw.models.layers import HGWCaps
 from mmhgw.ops import hgw_routing, hgw_routing_reference
-from mmhgw.testing import (build_model_for_test, load_config_for_test,
-                           routing_inputs)
 
 
 class Lambda(nn.Module):
@@ -53,8 +52,8 @@ def test_broadcast_matmul_and_einsum_count_the_whole_batch():
 
 
 def small_layer(**kwargs):
-    layer = HGWCaps(32, 32, 3, padding=1, in_types=8, out_types=8,
-                    num_parts=4, part_dim=4, **kwargs)
+    layer = HGWCaps(32, 32, 3, padding=1, in_types=8, out_types=8, num_parts=4,
+                    part_dim=4, **kwargs)
     layer.eval()
     return layer
 
@@ -72,8 +71,9 @@ def test_each_proximal_step_adds_the_same_work():
     """The count follows the iterations: linear in outer_iters, and above
     the uniform routing (no solver) by more than the plan products."""
     x = torch.randn(1, 32, 6, 6)
-    totals = [count_flops(small_layer(outer_iters=n), (x, )).total
-              for n in (1, 2, 3)]
+    totals = [
+        count_flops(small_layer(outer_iters=n), (x, )).total for n in (1, 2, 3)
+    ]
     assert totals[2] - totals[1] == pytest.approx(totals[1] - totals[0])
     assert totals[1] > totals[0]
     uniform = count_flops(small_layer(routing='uniform'), (x, )).total
@@ -91,8 +91,7 @@ class Routing(nn.Module):
     def forward(self, *inputs):
         weight = inputs[7] if self.pose_map else None
         if not self.specification:
-            return hgw_routing(*inputs[:7], pose_weight=weight,
-                               **self.options)
+            return hgw_routing(*inputs[:7], pose_weight=weight, **self.options)
         dist, parts = hgw_routing_reference(*inputs[:7], chunk_entries=None,
                                             **self.options)
         if weight is None:
@@ -104,13 +103,13 @@ class Routing(nn.Module):
 @pytest.mark.parametrize('options', [
     dict(eps=1e-2, outer_iters=3, inner_iters=4),
     dict(eps=1e-1, outer_iters=2, inner_iters=1, regularizer='entropic'),
-    dict(eps=1e-2, outer_iters=2, inner_iters=2, routing='uniform')])
-def test_routing_op_counts_the_operations_of_its_reference(pose_map,
-                                                           options):
+    dict(eps=1e-2, outer_iters=2, inner_iters=2, routing='uniform')
+])
+def test_routing_op_counts_the_operations_of_its_reference(pose_map, options):
     """One op node in the traced graph, counted per operator kind exactly
     as its reference's operations (at shapes other than the handle's own
     probes)."""
-    inputs = routing_inputs(5, 3, 7, 4, 3, torch.float32)
+    inputs = random_routing_inputs(5, 3, 7, 4, 3, torch.float32)
     inputs.append(torch.randn(3, 12, 6))
     op = count_flops(Routing(False, pose_map, **options), tuple(inputs))
     ref = count_flops(Routing(True, pose_map, **options), tuple(inputs))
@@ -124,10 +123,10 @@ def test_upstream_analyzer_counts_an_hgwcaps_model_within_one_percent():
     get_flops call) sees the routing op through the handle mmhgw registers
     at import: it misses only the elementwise ops it never counts."""
     root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-    cfg = load_config_for_test(
+    cfg = load_offline_config(
         osp.join(root, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py'),
         seg_size=(32, 32))
-    model = build_model_for_test(cfg, init=False)
+    model = build_config_model(cfg, init=False)
     model.eval()
     wrapped = TensorModeModel(model, 'mmseg', (32, 32))
     image = torch.randn(1, 3, 32, 32)

@@ -8,7 +8,7 @@ from mmhgw.datasets import AffineWarp, affine_matrix
 def sample(size=8):
     img = np.arange(size * size * 3, dtype=np.uint8).reshape(size, size, 3)
     seg = np.zeros((size, size), np.uint8)
-    seg[:, : size // 2] = 1  # left half
+    seg[:, :size // 2] = 1  # left half
     return dict(img=img.copy(), gt_seg_map=seg, ori_shape=(size, size))
 
 
@@ -76,8 +76,10 @@ def test_boxes_and_masks_follow():
 
 
 @pytest.mark.parametrize('kwargs,name', [
-    (dict(scale=0), 'scale'), (dict(scale=-1), 'scale'),
-    (dict(shear=90), 'shear'), (dict(angle=float('nan')), 'angle'),
+    (dict(scale=0), 'scale'),
+    (dict(scale=-1), 'scale'),
+    (dict(shear=90), 'shear'),
+    (dict(angle=float('nan')), 'angle'),
 ])
 def test_bad_arguments_are_named(kwargs, name):
     with pytest.raises(ValueError, match=name):

@@ -8,12 +8,16 @@ from mmengine.registry import init_default_scope
 import mmhgw  # noqa: F401
 from mmhgw.datasets.synthetic import make_coco_instances
 
-WITH_MASKS = [dict(type='LoadImageFromFile'),
-              dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-              dict(type='PackDetInputs')]
-BOXES_ONLY = [dict(type='LoadImageFromFile'),
-              dict(type='LoadAnnotations', with_bbox=True),
-              dict(type='PackDetInputs')]
+WITH_MASKS = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs')
+]
+BOXES_ONLY = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True),
+    dict(type='PackDetInputs')
+]
 
 
 @pytest.fixture(scope='module')
@@ -30,10 +34,10 @@ def build(root, metainfo, content, pipeline, name='edited.json'):
     path.write_text(json.dumps(content))
     init_default_scope('mmdet')
     from mmdet.registry import DATASETS
-    return DATASETS.build(dict(
-        type='CocoDataset', data_root=str(root), ann_file=str(path),
-        data_prefix=dict(img='train2017/'), metainfo=metainfo,
-        filter_cfg=dict(filter_empty_gt=False), pipeline=pipeline)), path
+    return DATASETS.build(
+        dict(type='CocoDataset', data_root=str(root), ann_file=str(path),
+             data_prefix=dict(img='train2017/'), metainfo=metainfo,
+             filter_cfg=dict(filter_empty_gt=False), pipeline=pipeline)), path
 
 
 def edited(content, **fields):

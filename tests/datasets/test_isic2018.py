@@ -5,7 +5,6 @@ import sys
 
 import mmcv
 import numpy as np
-import pytest
 from mmengine.registry import init_default_scope
 
 import mmhgw  # noqa: F401
@@ -22,8 +21,8 @@ def write_official_download(folder, split_dirs, ids):
         mask = np.zeros((24, 32), dtype=np.uint8)
         mask[4:12 + i, 6:20] = 255
         mmcv.imwrite(img, osp.join(folder, image_dir, f'{name}.jpg'))
-        mmcv.imwrite(mask, osp.join(folder, mask_dir,
-                                    f'{name}_segmentation.png'))
+        mmcv.imwrite(mask,
+                     osp.join(folder, mask_dir, f'{name}_segmentation.png'))
 
 
 def test_converter_and_dataset(tmp_path):
@@ -36,25 +35,29 @@ def test_converter_and_dataset(tmp_path):
                              'ISIC2018_Task1_Validation_GroundTruth'),
                             ['ISIC_0000010'])
     # An image without a mask is reported and skipped.
-    mmcv.imwrite(np.zeros((8, 8, 3), np.uint8),
-                 str(download / 'ISIC2018_Task1-2_Training_Input' /
-                     'ISIC_0000099.jpg'))
+    mmcv.imwrite(
+        np.zeros((8, 8, 3), np.uint8),
+        str(download / 'ISIC2018_Task1-2_Training_Input' / 'ISIC_0000099.jpg'))
     out = tmp_path / 'ISIC2018'
-    done = subprocess.run([sys.executable, CONVERTER, str(download), '-o',
-                           str(out)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, CONVERTER,
+         str(download), '-o',
+         str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert '3 image/mask pairs' in done.stdout
     assert 'without a mask' in done.stderr
 
     init_default_scope('mmseg')
     from mmseg.registry import DATASETS
-    dataset = DATASETS.build(dict(
-        type='ISIC2018Dataset', data_root=str(out),
-        data_prefix=dict(img_path='images/train',
-                         seg_map_path='annotations/train'),
-        pipeline=[dict(type='LoadImageFromFile'),
-                  dict(type='LoadAnnotations'),
-                  dict(type='PackSegInputs')]))
+    dataset = DATASETS.build(
+        dict(
+            type='ISIC2018Dataset', data_root=str(out),
+            data_prefix=dict(img_path='images/train',
+                             seg_map_path='annotations/train'), pipeline=[
+                                 dict(type='LoadImageFromFile'),
+                                 dict(type='LoadAnnotations'),
+                                 dict(type='PackSegInputs')
+                             ]))
     assert len(dataset) == 2
     assert dataset.metainfo['classes'] == ('background', 'lesion')
     sample = dataset[1]['data_samples']
@@ -65,7 +68,8 @@ def test_converter_and_dataset(tmp_path):
 
 
 def test_converter_fails_clearly_without_data(tmp_path):
-    done = subprocess.run([sys.executable, CONVERTER, str(tmp_path)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, CONVERTER, str(tmp_path)], capture_output=True,
+        text=True)
     assert done.returncode != 0
     assert 'no ISIC-2018 Task 1 split found' in done.stderr

@@ -37,15 +37,18 @@ def build(root, pipeline=None, split='train'):
     init_default_scope('mmseg')
     from mmseg.registry import DATASETS
     if pipeline is None:
-        pipeline = [dict(type='LoadImageFromFile'),
-                    dict(type='LoadAnnotations'),
-                    dict(type='Resize', scale=(16, 16), keep_ratio=False),
-                    dict(type='PackSegInputs')]
-    return DATASETS.build(dict(
-        type='ISIC2018Dataset', data_root=str(root),
-        data_prefix=dict(img_path=f'images/{split}',
-                         seg_map_path=f'annotations/{split}'),
-        pipeline=pipeline))
+        pipeline = [
+            dict(type='LoadImageFromFile'),
+            dict(type='LoadAnnotations'),
+            dict(type='Resize', scale=(16, 16), keep_ratio=False),
+            dict(type='PackSegInputs')
+        ]
+    return DATASETS.build(
+        dict(
+            type='ISIC2018Dataset', data_root=str(root),
+            data_prefix=dict(img_path=f'images/{split}',
+                             seg_map_path=f'annotations/{split}'),
+            pipeline=pipeline))
 
 
 @pytest.mark.parametrize('order', ['train', 'test'])
@@ -56,8 +59,10 @@ def test_mask_of_another_size_is_refused(tmp_path, order):
     load = [dict(type='LoadAnnotations')]
     # mmseg's test pipelines load the mask after resizing the image.
     middle = [*load, resize] if order == 'train' else [resize, *load]
-    dataset = build(tmp_path, [dict(type='LoadImageFromFile'), *middle,
-                               dict(type='PackSegInputs')])
+    dataset = build(
+        tmp_path,
+        [dict(type='LoadImageFromFile'), *middle,
+         dict(type='PackSegInputs')])
     assert dataset[0]['inputs'].shape[-2:] == (16, 16)
     with pytest.raises(ValueError) as err:
         dataset[1]
@@ -92,15 +97,19 @@ def test_image_suffixes_in_any_case(tmp_path):
                  str(tmp_path / 'images/train/notes.png'))
     dataset = build(tmp_path)
     assert len(dataset) == 4
-    assert {osp.splitext(dataset.get_data_info(i)['img_path'])[1]
-            for i in range(4)} == {'.jpg', '.JPG', '.jpeg', '.JPEG'}
+    assert {
+        osp.splitext(dataset.get_data_info(i)['img_path'])[1]
+        for i in range(4)
+    } == {'.jpg', '.JPG', '.jpeg', '.JPEG'}
     labels = dataset[1]['data_samples'].gt_sem_seg.data
     assert set(labels.unique().tolist()) == {0, 1}
 
 
 def convert(download, out, *extra):
-    return subprocess.run([sys.executable, CONVERTER, str(download), '-o',
-                           str(out), *extra], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, CONVERTER,
+         str(download), '-o',
+         str(out), *extra], capture_output=True, text=True)
 
 
 def test_converter_takes_upper_case_suffixes(tmp_path):
@@ -168,8 +177,8 @@ def lesion_mask(dtype=np.uint8, lesion=255, channels=None):
     ('RGB', lesion_mask(channels=3), 'has shape (24, 32, 3)'),
     ('RGBA', lesion_mask(channels=4), 'has shape (24, 32, 4)'),
 ])
-def test_non_binary_mask_is_refused_naming_file_and_values(tmp_path, case,
-                                                           mask, found):
+def test_non_binary_mask_is_refused_naming_file_and_values(
+        tmp_path, case, mask, found):
     if case == 'anti-aliased border':
         mask = lesion_mask()
         mask[3, 5:21], mask[12, 5:21] = 128, 128
@@ -186,14 +195,17 @@ def test_non_binary_mask_is_refused_naming_file_and_values(tmp_path, case,
     assert f'mask {path}' in message and found in message
 
 
-@pytest.mark.parametrize('dtype,lesion', [
-    (np.uint8, 255), (np.uint8, 1), (np.uint16, 255), (np.uint16, 1)])
-def test_binary_masks_of_any_depth_give_the_lesion_class(tmp_path, dtype,
-                                                         lesion):
+@pytest.mark.parametrize('dtype,lesion', [(np.uint8, 255), (np.uint8, 1),
+                                          (np.uint16, 255), (np.uint16, 1)])
+def test_binary_masks_of_any_depth_give_the_lesion_class(
+        tmp_path, dtype, lesion):
     write_pair(tmp_path, 'ISIC_0000000')
     write_mask(tmp_path, 'ISIC_0000000', lesion_mask(dtype, lesion))
-    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
-                dict(type='PackSegInputs')]
+    pipeline = [
+        dict(type='LoadImageFromFile'),
+        dict(type='LoadAnnotations'),
+        dict(type='PackSegInputs')
+    ]
     labels = build(tmp_path, pipeline)[0]['data_samples'].gt_sem_seg.data
     assert int((labels == 1).sum()) == 8 * 14
     assert int((labels == 0).sum()) == 24 * 32 - 8 * 14
@@ -204,8 +216,11 @@ def test_one_bit_mask_is_read(tmp_path):
     write_pair(tmp_path, 'ISIC_0000000')
     path = write_mask(tmp_path, 'ISIC_0000000', lesion_mask())
     Image.fromarray(lesion_mask() > 0).save(path)  # mode '1'
-    pipeline = [dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
-                dict(type='PackSegInputs')]
+    pipeline = [
+        dict(type='LoadImageFromFile'),
+        dict(type='LoadAnnotations'),
+        dict(type='PackSegInputs')
+    ]
     labels = build(tmp_path, pipeline)[0]['data_samples'].gt_sem_seg.data
     assert int(labels.sum()) == 8 * 14
 
@@ -235,10 +250,10 @@ def test_converter_output_mirrors_the_download(tmp_path, mode):
     assert done.returncode == 0, done.stderr
     assert 'removed 5 files no longer in the download' in done.stdout
     assert pair_names(out, 'images', 'train') == ['ISIC_0000000.jpg']
-    assert pair_names(out, 'annotations', 'train') == [
-        'ISIC_0000000_segmentation.png']
-    assert pair_names(out, 'images', 'val') == ['ISIC_0000001.jpg',
-                                                'ISIC_0000010.jpg']
+    assert pair_names(out, 'annotations',
+                      'train') == ['ISIC_0000000_segmentation.png']
+    assert pair_names(out, 'images',
+                      'val') == ['ISIC_0000001.jpg', 'ISIC_0000010.jpg']
     assert len(build(out)) == 1 and len(build(out, split='val')) == 2
     # A split gone from the download is gone from the output.
     shutil.rmtree(dl / VAL_DIRS[0]), shutil.rmtree(dl / VAL_DIRS[1])

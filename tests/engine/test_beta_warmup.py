@@ -20,10 +20,9 @@ def fake_runner(model, it=0):
 
 
 def test_hook_is_registered_and_ramps_beta():
-    model = nn.Sequential(
-        HGWCaps(16, 16, beta=0.8, **SMALL),
-        HGWCaps(16, 8, beta=0.4, **SMALL),
-        HGWCaps(8, 8, beta=0.5, ablation='C', **SMALL))
+    model = nn.Sequential(HGWCaps(16, 16, beta=0.8, **SMALL),
+                          HGWCaps(16, 8, beta=0.4, **SMALL),
+                          HGWCaps(8, 8, beta=0.5, ablation='C', **SMALL))
     hook = HOOKS.build(dict(type='HGWBetaWarmupHook', warmup_iters=10))
     assert isinstance(hook, HGWBetaWarmupHook)
     for it, expected in [(0, (0.0, 0.0)), (5, (0.4, 0.2)), (10, (0.8, 0.4)),

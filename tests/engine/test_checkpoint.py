@@ -38,25 +38,20 @@ class LinearData(Dataset):
 
 def make_runner(work_dir, max_iters, resume_from=None):
     return Runner(
-        model=TinyRegressor(),
-        work_dir=str(work_dir),
-        train_dataloader=dict(
-            dataset=LinearData(),
-            sampler=dict(type='InfiniteSampler', shuffle=True, seed=0),
-            batch_size=4,
-            collate_fn=dict(type='default_collate')),
-        optim_wrapper=dict(
-            optimizer=dict(type='SGD', lr=0.05, momentum=0.9)),
+        model=TinyRegressor(), work_dir=str(work_dir), train_dataloader=dict(
+            dataset=LinearData(), sampler=dict(type='InfiniteSampler',
+                                               shuffle=True, seed=0),
+            batch_size=4, collate_fn=dict(type='default_collate')),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.05, momentum=0.9)),
         param_scheduler=dict(type='MultiStepLR', milestones=[3],
                              by_epoch=False),
-        train_cfg=dict(by_epoch=False, max_iters=max_iters),
-        default_hooks=dict(
-            checkpoint=dict(type='CheckpointHook', interval=3,
-                            by_epoch=False),
-            logger=dict(type='LoggerHook', interval=1)),
-        randomness=dict(seed=0, deterministic=True),
-        resume=resume_from is not None,
-        load_from=resume_from,
+        train_cfg=dict(by_epoch=False,
+                       max_iters=max_iters), default_hooks=dict(
+                           checkpoint=dict(type='CheckpointHook', interval=3,
+                                           by_epoch=False),
+                           logger=dict(type='LoggerHook', interval=1)),
+        randomness=dict(seed=0, deterministic=True), resume=resume_from
+        is not None, load_from=resume_from,
         experiment_name=f'run{max_iters}{resume_from is not None}')
 
 
@@ -108,20 +103,19 @@ def crafted_history_buffer_file(path, monkeypatch, **extra):
     state = dict(buf.__getstate__(), **extra)
     with monkeypatch.context() as m:
         m.setattr(HistoryBuffer, '__getstate__', lambda self: state)
-        torch.save({'message_hub': {'log_scalars': {'train/loss': buf}}},
-                   path)
+        torch.save({'message_hub': {'log_scalars': {'train/loss': buf}}}, path)
 
 
-@pytest.mark.parametrize('extra', [
-    'swap_methods', 'shadow_table', 'foreign_attribute'])
+@pytest.mark.parametrize('extra',
+                         ['swap_methods', 'shadow_table', 'foreign_attribute'])
 def test_crafted_history_buffer_cannot_rewrite_statistics(
         tmp_path, monkeypatch, extra):
     from mmengine.logging.history_buffer import HistoryBuffer
     HistoryBuffer()  # registers the default statistics
     table = dict(HistoryBuffer._statistics_methods)
     kwargs = dict(
-        swap_methods=dict(statistics_methods=dict(
-            mean=HistoryBuffer.max, current=HistoryBuffer.min)),
+        swap_methods=dict(statistics_methods=dict(mean=HistoryBuffer.max,
+                                                  current=HistoryBuffer.min)),
         shadow_table=dict(_statistics_methods=dict(mean=HistoryBuffer.max)),
         foreign_attribute=dict(update=HistoryBuffer.max))[extra]
     path = tmp_path / 'crafted.pth'
@@ -147,9 +141,9 @@ def test_genuine_history_buffer_loads_as_itself(tmp_path):
     assert loaded.mean() == 4.0 and loaded.statistics('max') == 8.0
 
 
-@pytest.mark.parametrize('content,what', [
-    (b'', 'is empty'), (b'not a checkpoint\n', 'text file'),
-    (b'PK\x03\x04' + b'\x00' * 20, 'truncated or corrupt')])
+@pytest.mark.parametrize(
+    'content,what', [(b'', 'is empty'), (b'not a checkpoint\n', 'text file'),
+                     (b'PK\x03\x04' + b'\x00' * 20, 'truncated or corrupt')])
 def test_unreadable_checkpoint_names_the_file(tmp_path, content, what):
     from mmengine.runner import load_checkpoint
     path = tmp_path / 'epoch_3.pth'

@@ -7,14 +7,13 @@ import pytest
 import torch
 import torch.nn as nn
 from mmengine.runner import Runner
+from test_checkpoint import make_runner
 
 import mmhgw  # noqa: F401
 from mmhgw.engine.hooks import CheckpointFitHook
 from mmhgw.engine.hooks.checkpoint_fit import (CheckpointMismatch,
                                                checkpoint_fit)
 from mmhgw.models import HGWCaps
-
-from test_checkpoint import make_runner
 
 
 def test_fit_lists_missing_unexpected_and_reshaped_keys():
@@ -29,8 +28,10 @@ def test_fit_lists_missing_unexpected_and_reshaped_keys():
     missing, unexpected, reshaped = checkpoint_fit(model, state)
     assert missing == ['1.running_var']
     assert unexpected == ['2.weight']
-    assert reshaped == ['0.weight: (5, 3) in the checkpoint vs (4, 3) in '
-                        'the model']
+    assert reshaped == [
+        '0.weight: (5, 3) in the checkpoint vs (4, 3) in '
+        'the model'
+    ]
 
 
 class FakeRunner:
@@ -41,6 +42,7 @@ class FakeRunner:
         outer = self
 
         class logger:
+
             @staticmethod
             def warning(msg):
                 outer.warnings.append(msg)
@@ -50,9 +52,11 @@ class FakeRunner:
 
 def test_evaluation_refuses_a_partial_checkpoint_unless_allowed():
     model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
-    state = dict(state_dict={'0.weight': torch.ones(4, 3),
-                             '0.bias': torch.ones(4),
-                             'head.weight': torch.ones(2, 4)})
+    state = dict(
+        state_dict={
+            '0.weight': torch.ones(4, 3), '0.bias': torch.ones(4),
+            'head.weight': torch.ones(2, 4)
+        })
     with pytest.raises(CheckpointMismatch) as err:
         CheckpointFitHook('other.pth').after_load_checkpoint(
             FakeRunner(model), state)
@@ -62,8 +66,8 @@ def test_evaluation_refuses_a_partial_checkpoint_unless_allowed():
     assert '1 keys the model does not have (head.weight)' in message
     assert '--allow-partial' in message
     runner = FakeRunner(model)
-    CheckpointFitHook('other.pth', allow_partial=True).after_load_checkpoint(
-        runner, state)
+    CheckpointFitHook('other.pth',
+                      allow_partial=True).after_load_checkpoint(runner, state)
     assert 'only partly' in runner.warnings[0]
 
 
@@ -71,8 +75,7 @@ def test_resume_with_a_changed_model_fails_before_the_optimizer(tmp_path):
     run = make_runner(tmp_path / 'run', max_iters=3)
     run.train()
     ckpt = str(tmp_path / 'run' / 'iter_3.pth')
-    changed = make_runner(tmp_path / 'changed', max_iters=6,
-                          resume_from=ckpt)
+    changed = make_runner(tmp_path / 'changed', max_iters=6, resume_from=ckpt)
     changed.model.net[0] = nn.Linear(3, 16)  # a wider layer
     changed.model.net[2] = nn.Linear(16, 1)
     changed.register_hook(CheckpointFitHook(ckpt, 'resume'))
@@ -115,13 +118,12 @@ def test_capsule_beta_checked_on_mmengine_loading_paths(tmp_path):
     class Pretrained(BaseModule):
 
         def __init__(self):
-            super().__init__(init_cfg=dict(type='Pretrained',
-                                           checkpoint=path))
+            super().__init__(init_cfg=dict(type='Pretrained', checkpoint=path))
             self.caps = nn.Sequential(caps_layer())
 
     # init_cfg Pretrained loads the whole module: the key is 'caps.0.beta'
-    torch.save(dict(state_dict={f'caps.{k}': v for k, v in state.items()}),
-               path)
+    torch.save(dict(state_dict={f'caps.{k}': v
+                                for k, v in state.items()}), path)
     with pytest.raises(ValueError, match="'caps.0.beta'"):
         Pretrained().init_weights()
 

@@ -57,8 +57,8 @@ def deserialising_calls(source: str):
             function = node.name
         if isinstance(node, ast.Call):
             name = dotted(node.func)
-            if name in DESERIALISERS or any(
-                    k.arg == 'weights_only' for k in node.keywords):
+            if name in DESERIALISERS or any(k.arg == 'weights_only'
+                                            for k in node.keywords):
                 found.append((node.lineno, function, name))
         for child in ast.iter_child_nodes(node):
             visit(child, function)
@@ -81,8 +81,8 @@ def test_walker_finds_aliased_loads():
 def test_every_checkpoint_read_goes_through_the_safe_loader():
     sites = []
     for top in SCANNED:
-        for path in sorted(glob.glob(osp.join(ROOT, top, '**', '*.py'),
-                                     recursive=True)):
+        for path in sorted(
+                glob.glob(osp.join(ROOT, top, '**', '*.py'), recursive=True)):
             rel = osp.relpath(path, ROOT)
             with open(path) as f:
                 for line, function, name in deserialising_calls(f.read()):
@@ -97,7 +97,7 @@ class Payload:
     """Pickled as a call of ``print``: refused, never run."""
 
     def __reduce__(self):
-        return (print, ('payload ran',))
+        return (print, ('payload ran', ))
 
 
 def test_converter_refuses_a_crafted_checkpoint(tmp_path, capsys):
@@ -122,10 +122,10 @@ def test_loader_ignores_the_force_no_weights_only_switch(tmp_path):
             'from mmhgw.engine.checkpoint import load_checkpoint_file\n'
             f'try:\n    load_checkpoint_file({str(path)!r})\n'
             'except pickle.UnpicklingError:\n    print("refused")\n')
-    done = subprocess.run(
-        [sys.executable, '-c', code], capture_output=True, text=True,
-        cwd=ROOT, env=dict(__import__('os').environ,
-                           TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1'))
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                          text=True, cwd=ROOT, env=dict(
+                              __import__('os').environ,
+                              TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1'))
     assert done.stdout.split() == ['refused'], done.stderr[-2000:]
 
 

@@ -27,9 +27,8 @@ def amp_on_cpu(monkeypatch):
                         functools.partial(torch.amp.GradScaler, 'cpu'))
 
     def build(params):
-        return AmpOptimWrapper(
-            optimizer=torch.optim.SGD(params, lr=0.1),
-            loss_scale=dict(init_scale=2.0**16))
+        return AmpOptimWrapper(optimizer=torch.optim.SGD(params, lr=0.1),
+                               loss_scale=dict(init_scale=2.0**16))
 
     return build
 
@@ -55,8 +54,8 @@ def backward_through(wrapper, loss):
     wrapper.backward(wrapper.scale_loss(loss))
 
 
-def run_iterations(build_wrapper, backend, iters, init_counts=0,
-                   max_counts=10, hook=True):
+def run_iterations(build_wrapper, backend, iters, init_counts=0, max_counts=10,
+                   hook=True):
     """Gradients of the layer trained with injected E (through the hook)
     and of its twin trained on the explicit ``loss + E``."""
     layer, twin = twin_layers(backend)
@@ -118,7 +117,7 @@ def test_hook_is_registered_and_reaches_nested_layers(amp_on_cpu):
                           nn.Sequential(HGWCaps(16, 8, **SMALL)))
     wrapper = amp_on_cpu(model.parameters())
     hook = HOOKS.build(dict(type='HGWLossScaleHook'))
-    hook.before_train_iter(SimpleNamespace(model=model,
-                                           optim_wrapper=wrapper), 0)
+    hook.before_train_iter(SimpleNamespace(model=model, optim_wrapper=wrapper),
+                           0)
     assert [m.loss_scale for m in (model[0], model[1][0])] == [2.0**16] * 2
     assert loss_factor(wrapper) == 2.0**16

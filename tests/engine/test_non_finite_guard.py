@@ -42,18 +42,15 @@ class Data(Dataset):
 def make_runner(work_dir, lr, hooks=(dict(type='NonFiniteGuardHook'), ),
                 max_iters=12):
     return Runner(
-        model=Regressor(),
-        work_dir=str(work_dir),
-        train_dataloader=dict(
-            dataset=Data(),
-            sampler=dict(type='InfiniteSampler', shuffle=True, seed=0),
-            batch_size=4, collate_fn=dict(type='default_collate')),
+        model=Regressor(), work_dir=str(work_dir), train_dataloader=dict(
+            dataset=Data(), sampler=dict(type='InfiniteSampler', shuffle=True,
+                                         seed=0), batch_size=4,
+            collate_fn=dict(type='default_collate')),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=lr)),
         train_cfg=dict(by_epoch=False, max_iters=max_iters),
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=2,
                                            by_epoch=False)),
-        custom_hooks=list(hooks),
-        randomness=dict(seed=0),
+        custom_hooks=list(hooks), randomness=dict(seed=0),
         experiment_name=f'{osp.basename(work_dir)}_{lr}')
 
 
@@ -66,8 +63,8 @@ def test_guard_runs_before_the_checkpoint_hook(tmp_path):
 def test_diverging_run_stops_before_a_nan_checkpoint(tmp_path):
     work = tmp_path / 'diverge'
     runner = make_runner(work, lr=1.0)
-    with pytest.raises(RuntimeError, match='non-finite loss at iteration'
-                       ) as err:
+    with pytest.raises(RuntimeError,
+                       match='non-finite loss at iteration') as err:
         runner.train()
     failed = int(re.search(r'iteration (\d+)', str(err.value)).group(1))
     assert 2 < failed < 12, str(err.value)  # checkpoints were due before
@@ -96,9 +93,9 @@ class FakeRunner:
 def test_non_finite_checkpoint_is_refused_naming_the_tensors():
     hook = NonFiniteGuardHook()
     checkpoint = dict(
-        state_dict={'net.weight': torch.ones(2), 'scale': torch.tensor(
-            [math.nan])},
-        optimizer=dict(state={0: dict(momentum_buffer=torch.ones(2))}))
+        state_dict={
+            'net.weight': torch.ones(2), 'scale': torch.tensor([math.nan])
+        }, optimizer=dict(state={0: dict(momentum_buffer=torch.ones(2))}))
     with pytest.raises(RuntimeError, match=r'state_dict .*iteration 7.*scale'):
         hook.before_save_checkpoint(FakeRunner(), checkpoint)
     checkpoint['state_dict']['scale'] = torch.ones(1)
@@ -134,8 +131,9 @@ def test_loss_terms_are_named():
 def test_loading_a_non_finite_checkpoint_is_refused():
     hook = NonFiniteGuardHook()
     with pytest.raises(RuntimeError, match='iteration 8.*non-finite.*w'):
-        hook.after_load_checkpoint(FakeRunner(), dict(
-            meta=dict(iter=8, epoch=0),
-            state_dict={'w': torch.tensor([1.0, math.nan])}))
-    hook.after_load_checkpoint(FakeRunner(), dict(
-        meta=dict(iter=8), state_dict={'w': torch.ones(2)}))
+        hook.after_load_checkpoint(
+            FakeRunner(),
+            dict(meta=dict(iter=8, epoch=0),
+                 state_dict={'w': torch.tensor([1.0, math.nan])}))
+    hook.after_load_checkpoint(
+        FakeRunner(), dict(meta=dict(iter=8), state_dict={'w': torch.ones(2)}))

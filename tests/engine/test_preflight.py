@@ -12,10 +12,10 @@ import pytest
 from mmengine.config import Config
 
 import mmhgw  # noqa: F401
-from mmhgw.config_utils import add_runner_args, config_from_args
+from mmhgw.config_utils import (add_runner_args, build_config_model,
+                                config_from_args)
 from mmhgw.engine.preflight import (RUNTIME_KEYS, check_weight_sources,
                                     matching_torchvision)
-from mmhgw.testing import build_model_for_test
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO_DET = osp.join(ROOT,
@@ -86,9 +86,8 @@ def test_default_only_and_command_line_keys_are_refused():
     assert '`data_preprocessor` is only a default for `model.data_' \
         'preprocessor`' in message
     assert '  model.data_preprocessor.size' in message
-    message = refusal(DEMO_SEG, 'ckpt.pth', '--work-dir', 'w',
-                      '--cfg-options', 'load_from=a.pth', 'work_dir=v',
-                      checkpoint=True)
+    message = refusal(DEMO_SEG, 'ckpt.pth', '--work-dir', 'w', '--cfg-options',
+                      'load_from=a.pth', 'work_dir=v', checkpoint=True)
     assert '`load_from` is set by the CHECKPOINT argument' in message
     assert '`work_dir` is set by --work-dir' in message
 
@@ -108,25 +107,26 @@ def test_runtime_keys_cover_what_the_runners_read():
     from mmengine.runner import FlexibleRunner, Runner
     read = set()
     for method in (Runner.from_cfg, FlexibleRunner.from_cfg):
-        read |= set(re.findall(r"cfg(?:\.get\(|\[)'(\w+)'",
-                               inspect.getsource(method)))
+        read |= set(
+            re.findall(r"cfg(?:\.get\(|\[)'(\w+)'", inspect.getsource(method)))
     for cls in (Runner, FlexibleRunner):
-        read |= set(re.findall(r"self\.cfg\.get\(\s*'(\w+)'",
-                               inspect.getsource(cls)))
+        read |= set(
+            re.findall(r"self\.cfg\.get\(\s*'(\w+)'", inspect.getsource(cls)))
     assert 'train_dataloader' in read and 'compile' in read
     assert read <= RUNTIME_KEYS, read - RUNTIME_KEYS
 
 
 def with_torchvision(monkeypatch, importable: bool):
-    monkeypatch.setitem(sys.modules, 'torchvision',
-                        types.ModuleType('torchvision') if importable
-                        else None)
+    monkeypatch.setitem(
+        sys.modules, 'torchvision',
+        types.ModuleType('torchvision') if importable else None)
 
 
 def test_torchvision_weights_without_torchvision_say_how_to_proceed(
         monkeypatch):
-    cfg = Config.fromfile(osp.join(
-        ROOT, 'configs/mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py'))
+    cfg = Config.fromfile(
+        osp.join(ROOT,
+                 'configs/mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py'))
     with_torchvision(monkeypatch, importable=True)
     check_weight_sources(cfg)
     with_torchvision(monkeypatch, importable=False)
@@ -161,7 +161,7 @@ def test_readme_config_example_builds_and_says_its_one_step(
     path.write_text(readme_config_example())
     cfg = tool_config(str(path))
     assert cfg.model.backbone.init_cfg.checkpoint == 'torchvision://resnet50'
-    model = build_model_for_test(cfg, init=False)
+    model = build_config_model(cfg, init=False)
     assert type(model.backbone).__name__ == 'HGWCapsResNet'
     # Without torchvision, train.py stops before the Runner with the step
     # the README names in the section's first lines.
@@ -175,4 +175,4 @@ def test_readme_config_example_builds_and_says_its_one_step(
     cfg = tool_config(str(path), '--cfg-options',
                       'model.backbone.init_cfg=None')
     check_weight_sources(cfg)
-    build_model_for_test(cfg, init=True)  # offline initialisation works
+    build_config_model(cfg, init=True)  # offline initialisation works

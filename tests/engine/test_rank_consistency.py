@@ -2,7 +2,6 @@
 from types import SimpleNamespace
 
 import pytest
-import torch
 import torch.nn as nn
 
 from mmhgw.engine.hooks import rank_consistency

@@ -40,7 +40,8 @@ def tiny_unet_config(tmp_path):
     make_isic_lesions(str(data), num_train=10, num_val=2, size=(40, 40),
                       seed=2)
     path = tmp_path / 'tiny_unet.py'
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         _base_ = [{STOCK_DEMO_UNET!r}]
         data_root = {str(data)!r}
         crop_size = (32, 32)
@@ -84,8 +85,7 @@ def train(config, work_dir, max_iters, resume_from=None, **options):
 
 
 @pytest.mark.parametrize('seed', [0, None])
-def test_resume_is_exact_with_dropout_and_random_augmentation(tmp_path,
-                                                              seed):
+def test_resume_is_exact_with_dropout_and_random_augmentation(tmp_path, seed):
     config = tiny_unet_config(tmp_path)
     cfg = Config.fromfile(str(config))
     # The shipped config has what this test is about.
@@ -120,6 +120,7 @@ def fake_runner():
         warnings = []
 
         class logger:
+
             @staticmethod
             def warning(msg):
                 FakeRunner.warnings.append(msg)
@@ -132,8 +133,8 @@ def test_world_size_mismatch_warns_and_skips(tmp_path):
 
     FakeRunner = fake_runner()
     hook = RNGStateHook()
-    hook.after_load_checkpoint(FakeRunner, dict(
-        meta=dict(iter=3), rng_state=[get_rng_state()] * 2))
+    hook.after_load_checkpoint(
+        FakeRunner, dict(meta=dict(iter=3), rng_state=[get_rng_state()] * 2))
     assert hook._pending is None
     assert 'states of 2 processes' in FakeRunner.warnings[0]
 
@@ -144,8 +145,8 @@ def malformed_states():
     return {
         'an int': (5, 'must be a list of per-rank states'),
         'an int per rank': ([5], r'rng_state\[0\] must be a dict'),
-        'no python state': ([{k: v for k, v in good.items()
-                              if k != 'python'}],
+        'no python state': ([{k: v
+                              for k, v in good.items() if k != 'python'}],
                             r"rng_state\[0\] lacks the 'python'"),
         'python state an int': ([dict(good, python=3)],
                                 r'rng_state\[0\]\.python is not'),
@@ -169,8 +170,8 @@ def test_malformed_rng_state_is_refused_naming_the_entry(case):
 
     before = get_rng_state()
     with pytest.raises(ValueError, match=match) as err:
-        RNGStateHook().after_load_checkpoint(FakeRunner, dict(
-            meta=dict(iter=3), rng_state=states))
+        RNGStateHook().after_load_checkpoint(
+            FakeRunner, dict(meta=dict(iter=3), rng_state=states))
     assert '/runs/iter_3.pth' in str(err.value)
     # Checking put this process's generators back as they were.
     after = get_rng_state()
@@ -185,13 +186,13 @@ def test_other_thread_count_is_warned_about():
     FakeRunner = fake_runner()
     state = get_rng_state()
     assert state['torch_threads'] == torch.get_num_threads()
-    RNGStateHook().after_load_checkpoint(FakeRunner, dict(
-        meta=dict(iter=3), rng_state=[state]))
+    RNGStateHook().after_load_checkpoint(
+        FakeRunner, dict(meta=dict(iter=3), rng_state=[state]))
     assert not FakeRunner.warnings
     state['torch_threads'] = torch.get_num_threads() + 1
     hook = RNGStateHook()
-    hook.after_load_checkpoint(FakeRunner, dict(meta=dict(iter=3),
-                                                rng_state=[state]))
+    hook.after_load_checkpoint(FakeRunner,
+                               dict(meta=dict(iter=3), rng_state=[state]))
     assert f'written with {state["torch_threads"]} torch threads' in \
         FakeRunner.warnings[0]
     assert hook._pending is not None  # restored all the same

@@ -26,8 +26,9 @@ HOLDER = ('import sys, time\n'
 
 def hold_lock(work_dir):
     """A process holding ``work_dir``'s lock (it prints once it does)."""
-    proc = subprocess.Popen([sys.executable, '-c', HOLDER, str(work_dir)],
-                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, '-c', HOLDER,
+                             str(work_dir)], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
     assert proc.stdout.readline().strip() == 'locked'
     return proc
 

@@ -6,8 +6,7 @@ from mmengine.registry import init_default_scope
 
 import mmhgw  # noqa: F401
 from mmhgw.models import HGWCaps
-from mmhgw.models.backbones import (HGWCapsResNet, HGWCapsResNetV1c,
-                                    HGWCapsUNet)
+from mmhgw.models.backbones import HGWCapsResNet, HGWCapsResNetV1c, HGWCapsUNet
 from mmhgw.models.necks import HGWCapsFPN
 from mmhgw.testing import logged
 
@@ -45,8 +44,8 @@ def test_resnet_frozen_stages_and_norm_eval_as_stock():
               init_cfg=None)
     stock, caps = ResNet(**kw), HGWCapsResNet(hgw_cfg=HGW, **kw)
     stock.train(), caps.train()
-    stock_flags = dict((n, p.requires_grad)
-                       for n, p in stock.named_parameters())
+    stock_flags = dict(
+        (n, p.requires_grad) for n, p in stock.named_parameters())
     for name, p in caps.named_parameters():
         if name in stock_flags:
             assert p.requires_grad == stock_flags[name], name
@@ -61,9 +60,9 @@ def test_resnet_frozen_stages_and_norm_eval_as_stock():
 
 def test_resnet_with_cp_and_stage_flags():
     torch.manual_seed(0)
-    caps = HGWCapsResNet(depth=18, base_channels=8, with_cp=True,
-                         hgw_cfg=HGW, stage_with_hgw=(False, True, False,
-                                                      False), init_cfg=None)
+    caps = HGWCapsResNet(depth=18, base_channels=8, with_cp=True, hgw_cfg=HGW,
+                         stage_with_hgw=(False, True, False, False),
+                         init_cfg=None)
     assert caps.hgw_layers == ['layer2.0.conv2', 'layer2.1.conv2']
     x = torch.randn(2, 3, 32, 32, requires_grad=True)
     caps.train()
@@ -80,9 +79,9 @@ def test_plain_resnet_checkpoint_fills_non_capsule_layers(tmp_path):
     path = tmp_path / 'resnet18_tiny.pth'
     torch.save({'state_dict': stock.state_dict()}, path)
 
-    caps = HGWCapsResNet(depth=18, base_channels=8, hgw_cfg=HGW,
-                         init_cfg=dict(type='Pretrained',
-                                       checkpoint=str(path)))
+    caps = HGWCapsResNet(
+        depth=18, base_channels=8, hgw_cfg=HGW,
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     messages = logged(caps.init_weights)
     caps_state = caps.state_dict()
     for name, value in stock.state_dict().items():
@@ -100,13 +99,15 @@ def small_caps_resnet(**kwargs):
     return HGWCapsResNet(depth=18, base_channels=8, hgw_cfg=HGW, **kwargs)
 
 
-@pytest.mark.parametrize('layout, prefix', [
-    ('state_dict', None),  # as saved by a training run of the backbone
-    ('bare', None),  # a bare state dict
-    ('module.', None),  # DistributedDataParallel's keys
-    ('backbone.', 'backbone.'),  # a whole model's, backbone selected
-    ('backbone.', 'backbone'),  # mmengine appends the dot
-])
+@pytest.mark.parametrize(
+    'layout, prefix',
+    [
+        ('state_dict', None),  # as saved by a training run of the backbone
+        ('bare', None),  # a bare state dict
+        ('module.', None),  # DistributedDataParallel's keys
+        ('backbone.', 'backbone.'),  # a whole model's, backbone selected
+        ('backbone.', 'backbone'),  # mmengine appends the dot
+    ])
 def test_capsule_checkpoint_fills_everything_without_warning(
         tmp_path, layout, prefix):
     """A checkpoint of the HGWCaps backbone itself (as
@@ -139,9 +140,11 @@ def test_partial_capsule_checkpoint_names_only_what_it_lacks(tmp_path):
     """Capsule layers and norms whose keys are missing from the checkpoint,
     or have another shape there, are named; the others are not."""
     torch.manual_seed(1)
-    state = {f'backbone.{k}': v
-             for k, v in small_caps_resnet(init_cfg=None).state_dict().items()
-             if not k.startswith(('layer4.1.conv2.', 'layer3.0.hgw_bn2.'))}
+    state = {
+        f'backbone.{k}': v
+        for k, v in small_caps_resnet(init_cfg=None).state_dict().items()
+        if not k.startswith(('layer4.1.conv2.', 'layer3.0.hgw_bn2.'))
+    }
     # One buffer of the norm of another shape: mmengine skips it.
     state['backbone.layer4.0.hgw_bn2.running_mean'] = torch.zeros(3)
     path = tmp_path / 'partial.pth'
@@ -151,8 +154,9 @@ def test_partial_capsule_checkpoint_names_only_what_it_lacks(tmp_path):
     messages = logged(caps.init_weights)
     assert '3 of the 8 HGW capsule layers' in messages
     named = messages.split('stay freshly initialised: ', 1)[1].split(', ')
-    assert sorted(named) == ['layer3.0.hgw_bn2', 'layer4.0.hgw_bn2',
-                             'layer4.1.conv2']
+    assert sorted(named) == [
+        'layer3.0.hgw_bn2', 'layer4.0.hgw_bn2', 'layer4.1.conv2'
+    ]
 
 
 def test_unreadable_checkpoint_keeps_naming_every_capsule_layer(tmp_path):
@@ -162,16 +166,19 @@ def test_unreadable_checkpoint_keeps_naming_every_capsule_layer(tmp_path):
     path = tmp_path / 'broken.pth'
     path.write_bytes(b'not a checkpoint')
     # Built only: loading it through init_weights would fail.
-    caps = small_caps_resnet(init_cfg=dict(type='Pretrained',
-                                           checkpoint=str(path)))
+    caps = small_caps_resnet(
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     messages = logged(lambda: report_random_capsules(caps, caps.hgw_layers))
     assert '8 of the 8 HGW capsule layers' in messages
     assert 'layer3.0.conv2' in messages and 'layer4.1.hgw_bn2' in messages
 
 
 def batch_norms(module):
-    return {name: m for name, m in module.named_modules()
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)}
+    return {
+        name: m
+        for name, m in module.named_modules()
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+    }
 
 
 @pytest.mark.parametrize('frozen_stages', [-1, 3])
@@ -188,15 +195,16 @@ def test_resnet_norm_after_capsules_is_fresh_and_trains_under_norm_eval(
         m.running_var.uniform_(0.5, 2)
     path = tmp_path / 'resnet18_tiny.pth'
     torch.save({'state_dict': stock.state_dict()}, path)
-    caps = HGWCapsResNet(depth=18, base_channels=8, hgw_cfg=HGW,
-                         norm_eval=True, frozen_stages=frozen_stages,
-                         init_cfg=dict(type='Pretrained',
-                                       checkpoint=str(path)))
+    caps = HGWCapsResNet(
+        depth=18, base_channels=8, hgw_cfg=HGW, norm_eval=True,
+        frozen_stages=frozen_stages, init_cfg=dict(type='Pretrained',
+                                                   checkpoint=str(path)))
     caps.init_weights()
     caps.train()
     fresh = {n: m for n, m in batch_norms(caps).items() if 'hgw_' in n}
-    assert sorted(fresh) == [f'layer{s}.{b}.hgw_bn2' for s in (3, 4)
-                             for b in (0, 1)]
+    assert sorted(fresh) == [
+        f'layer{s}.{b}.hgw_bn2' for s in (3, 4) for b in (0, 1)
+    ]
     for name, m in fresh.items():
         assert caps.get_submodule(name.rsplit('.', 1)[0]).norm2 is m
         assert (m.running_mean == 0).all() and (m.running_var == 1).all()
@@ -208,15 +216,15 @@ def test_resnet_norm_after_capsules_is_fresh_and_trains_under_norm_eval(
         assert m.weight.requires_grad == (name not in frozen), name
     others = {n: m for n, m in batch_norms(caps).items() if n not in fresh}
     assert others and not any(m.training for m in others.values())
-    before = {n: m.running_mean.clone()
-              for n, m in batch_norms(caps).items()}
+    before = {n: m.running_mean.clone() for n, m in batch_norms(caps).items()}
     caps(torch.randn(2, 3, 64, 64))
     for name, m in batch_norms(caps).items():
         moved = not torch.equal(m.running_mean, before[name])
         assert moved == (name in fresh and name not in frozen), name
         if name in others:
             torch.testing.assert_close(
-                m.running_mean, stock.state_dict()[name + '.running_mean'])
+                m.running_mean,
+                stock.state_dict()[name + '.running_mean'])
 
 
 def test_unet_norm_after_capsules_trains_under_norm_eval():
@@ -231,17 +239,16 @@ def test_unet_norm_after_capsules_trains_under_norm_eval():
         owner = caps.get_submodule(name.rsplit('.', 1)[0])
         assert isinstance(owner.conv, HGWCaps) and owner.norm is m
         assert m.training
-    assert not any(m.training for n, m in batch_norms(caps).items()
-                   if n not in fresh)
+    assert not any(m.training
+                   for n, m in batch_norms(caps).items() if n not in fresh)
     out = caps(torch.randn(2, 3, 32, 32))
     assert all(torch.isfinite(o).all() for o in out)
 
 
 def test_resnet_v1c_keeps_dilations():
     from mmseg.models.backbones import ResNetV1c
-    kw = dict(depth=50, base_channels=8, num_stages=4,
-              strides=(1, 2, 1, 1), dilations=(1, 1, 2, 4),
-              contract_dilation=True, init_cfg=None)
+    kw = dict(depth=50, base_channels=8, num_stages=4, strides=(1, 2, 1, 1),
+              dilations=(1, 1, 2, 4), contract_dilation=True, init_cfg=None)
     init_default_scope('mmseg')
     stock = ResNetV1c(**kw)
     caps = HGWCapsResNetV1c(hgw_cfg=HGW, **kw)
@@ -280,10 +287,35 @@ def test_fpn_output_convs_become_capsules():
               add_extra_convs='on_input')
     stock, caps = FPN(**kw), HGWCapsFPN(hgw_cfg=HGW, **kw)
     assert count_caps(caps) == 4  # the extra convolution stays stock
-    assert count_caps(HGWCapsFPN(hgw_cfg=HGW, hgw_extra_convs=True,
-                                 **kw)) == 5
-    feats = [torch.randn(1, c, 32 // 2**i, 32 // 2**i)
-             for i, c in enumerate([8, 16, 32, 64])]
+    assert count_caps(HGWCapsFPN(hgw_cfg=HGW, hgw_extra_convs=True, **kw)) == 5
+    feats = [
+        torch.randn(1, c, 32 // 2**i, 32 // 2**i)
+        for i, c in enumerate([8, 16, 32, 64])
+    ]
     with torch.no_grad():
         a, b = evaluated(stock)(feats), evaluated(caps)(feats)
     assert [t.shape for t in a] == [t.shape for t in b]
+
+
+def test_backbones_are_plain_classes_registered_by_name(tmp_path):
+    """Each capsule backbone is a class of its own module, found by its
+    registered name, and a built one pickles (found by its name again)."""
+    import pickle
+
+    from mmdet.registry import MODELS as DET_MODELS
+    from mmseg.registry import MODELS as SEG_MODELS
+
+    from mmhgw.models.backbones import CapsuleSwapMixin
+    for registry, cls in ((DET_MODELS, HGWCapsResNet),
+                          (SEG_MODELS, HGWCapsResNetV1c), (SEG_MODELS,
+                                                           HGWCapsUNet)):
+        assert registry.get(cls.__name__) is cls
+        assert issubclass(cls, CapsuleSwapMixin)
+        module = __import__(cls.__module__, fromlist=[cls.__name__])
+        assert getattr(module, cls.__qualname__) is cls
+    torch.manual_seed(0)
+    caps = small_caps_resnet(init_cfg=None)
+    clone = pickle.loads(pickle.dumps(caps))
+    assert type(clone) is HGWCapsResNet
+    for key, value in caps.state_dict().items():
+        assert torch.equal(clone.state_dict()[key], value), key

@@ -9,8 +9,7 @@ from mmengine.registry import init_default_scope
 
 import mmhgw  # noqa: F401
 from mmhgw.models import HGWCaps
-from mmhgw.models.backbones import (HGWCapsResNet, HGWCapsResNetV1c,
-                                    HGWCapsUNet)
+from mmhgw.models.backbones import HGWCapsResNet, HGWCapsResNetV1c, HGWCapsUNet
 from mmhgw.models.necks import HGWCapsFPN
 
 HGW = dict(type='HGWCaps', in_types=4, out_types=4, num_parts=3, part_dim=4)
@@ -21,8 +20,9 @@ def count_caps(module):
 
 
 def stock_parameters(cls):
-    return [n for n in inspect.signature(cls.__init__).parameters
-            if n != 'self']
+    return [
+        n for n in inspect.signature(cls.__init__).parameters if n != 'self'
+    ]
 
 
 def check_same_as_stock(stock, caps, args, replaced):
@@ -33,11 +33,16 @@ def check_same_as_stock(stock, caps, args, replaced):
     for name in args:
         if hasattr(stock, name):
             assert getattr(caps, name) == getattr(stock, name), name
-    ours = {k.replace('.hgw_', '.'): v.shape
-            for k, v in caps.state_dict().items()
-            if not any(k.startswith(r + '.') for r in replaced)}
-    theirs = {k: v.shape for k, v in stock.state_dict().items()
-              if not any(k.startswith(r + '.') for r in replaced)}
+    ours = {
+        k.replace('.hgw_', '.'): v.shape
+        for k, v in caps.state_dict().items()
+        if not any(k.startswith(r + '.') for r in replaced)
+    }
+    theirs = {
+        k: v.shape
+        for k, v in stock.state_dict().items()
+        if not any(k.startswith(r + '.') for r in replaced)
+    }
     assert ours == theirs
 
 
@@ -46,14 +51,13 @@ def evaluated(module):
     return module
 
 
-@pytest.mark.parametrize('cls', ['HGWCapsResNet', 'HGWCapsResNetV1c',
-                                 'HGWCapsUNet', 'HGWCapsFPN'])
+@pytest.mark.parametrize(
+    'cls', ['HGWCapsResNet', 'HGWCapsResNetV1c', 'HGWCapsUNet', 'HGWCapsFPN'])
 def test_capsule_options_are_keyword_only(cls):
     cls = dict(HGWCapsResNet=HGWCapsResNet, HGWCapsResNetV1c=HGWCapsResNetV1c,
                HGWCapsUNet=HGWCapsUNet, HGWCapsFPN=HGWCapsFPN)[cls]
     params = inspect.signature(cls.__init__).parameters
-    ours = [n for n, p in params.items()
-            if p.kind == p.KEYWORD_ONLY]
+    ours = [n for n, p in params.items() if p.kind == p.KEYWORD_ONLY]
     assert 'hgw_cfg' in ours
     assert list(params)[1] == 'args'
 
@@ -82,11 +86,11 @@ def test_resnet_every_stock_argument_positionally():
         depth=18, in_channels=4, stem_channels=16, base_channels=8,
         num_stages=4, strides=(1, 2, 2, 1), dilations=(1, 1, 1, 2),
         out_indices=(1, 2, 3), style='caffe', deep_stem=True, avg_down=True,
-        frozen_stages=1, conv_cfg=None,
-        norm_cfg=dict(type='BN', requires_grad=True), norm_eval=True,
-        dcn=None, stage_with_dcn=(False, False, False, False), plugins=None,
-        with_cp=True, zero_init_residual=False, pretrained=None,
-        init_cfg=None)
+        frozen_stages=1, conv_cfg=None, norm_cfg=dict(type='BN',
+                                                      requires_grad=True),
+        norm_eval=True, dcn=None, stage_with_dcn=(False, False, False,
+                                                  False), plugins=None,
+        with_cp=True, zero_init_residual=False, pretrained=None, init_cfg=None)
     assert list(args) == stock_parameters(ResNet)
     torch.manual_seed(0)
     stock = ResNet(*args.values())
@@ -112,18 +116,19 @@ def test_resnet_v1c_every_stock_argument_by_keyword():
     # avg_down itself); so does its capsule subclass.
     from mmseg.models.backbones import ResNet, ResNetV1c
     init_default_scope('mmseg')
-    args = OrderedDict(
-        depth=18, in_channels=3, stem_channels=16, base_channels=8,
-        num_stages=4, strides=(1, 2, 1, 1), dilations=(1, 1, 2, 4),
-        out_indices=(0, 3), style='pytorch', frozen_stages=-1,
-        conv_cfg=None, norm_cfg=dict(type='BN', requires_grad=True),
-        norm_eval=True, dcn=None, stage_with_dcn=(False, ) * 4,
-        plugins=None, multi_grid=(1, 2), contract_dilation=True,
-        with_cp=False, zero_init_residual=False, pretrained=None,
-        init_cfg=None)
+    args = OrderedDict(depth=18, in_channels=3, stem_channels=16,
+                       base_channels=8, num_stages=4, strides=(1, 2, 1, 1),
+                       dilations=(1, 1, 2, 4), out_indices=(0, 3),
+                       style='pytorch', frozen_stages=-1, conv_cfg=None,
+                       norm_cfg=dict(type='BN', requires_grad=True),
+                       norm_eval=True, dcn=None, stage_with_dcn=(False, ) * 4,
+                       plugins=None, multi_grid=(1, 2), contract_dilation=True,
+                       with_cp=False, zero_init_residual=False,
+                       pretrained=None, init_cfg=None)
     fixed = {'deep_stem', 'avg_down'}
-    assert list(args) == [n for n in stock_parameters(ResNet)
-                          if n not in fixed]
+    assert list(args) == [
+        n for n in stock_parameters(ResNet) if n not in fixed
+    ]
     stock = ResNetV1c(**args)
     caps = HGWCapsResNetV1c(**args, hgw_cfg=HGW)
     replaced = [f'layer{s}.{b}.conv2' for s in (3, 4) for b in (0, 1)]
@@ -140,14 +145,15 @@ def test_resnet_v1c_every_stock_argument_by_keyword():
 def test_unet_every_stock_argument_positionally():
     from mmseg.models.backbones import UNet
     init_default_scope('mmseg')
-    args = OrderedDict(
-        in_channels=2, base_channels=8, num_stages=4,
-        strides=(1, 1, 1, 1), enc_num_convs=(2, 2, 2, 1),
-        dec_num_convs=(2, 2, 1), downsamples=(True, True, False),
-        enc_dilations=(1, 1, 1, 2), dec_dilations=(1, 1, 2), with_cp=True,
-        conv_cfg=None, norm_cfg=dict(type='BN'), act_cfg=dict(type='ReLU'),
-        upsample_cfg=dict(type='InterpConv'), norm_eval=True, dcn=None,
-        plugins=None, pretrained=None, init_cfg=None)
+    args = OrderedDict(in_channels=2, base_channels=8, num_stages=4,
+                       strides=(1, 1, 1, 1), enc_num_convs=(2, 2, 2, 1),
+                       dec_num_convs=(2, 2, 1), downsamples=(True, True,
+                                                             False),
+                       enc_dilations=(1, 1, 1, 2), dec_dilations=(1, 1, 2),
+                       with_cp=True, conv_cfg=None, norm_cfg=dict(type='BN'),
+                       act_cfg=dict(type='ReLU'),
+                       upsample_cfg=dict(type='InterpConv'), norm_eval=True,
+                       dcn=None, plugins=None, pretrained=None, init_cfg=None)
     assert list(args) == stock_parameters(UNet)
     torch.manual_seed(0)
     stock = UNet(*args.values())
@@ -155,7 +161,9 @@ def test_unet_every_stock_argument_positionally():
     assert caps.hgw_layers == ['encoder.3', 'decoder.2.conv_block']
     # enc_num_convs / dec_num_convs of the deepest stages: one conv each.
     assert count_caps(caps) == 2
-    replaced = ['encoder.3.0.convs.0.conv', 'decoder.2.conv_block.convs.0.conv']
+    replaced = [
+        'encoder.3.0.convs.0.conv', 'decoder.2.conv_block.convs.0.conv'
+    ]
     check_same_as_stock(stock, caps, args, replaced)
     ours = caps.encoder[3][0].convs[0].conv.embed
     theirs = stock.encoder[3][0].convs[0].conv
@@ -169,12 +177,12 @@ def test_unet_every_stock_argument_positionally():
 
 def test_fpn_every_stock_argument_positionally():
     from mmdet.models.necks import FPN
-    args = OrderedDict(
-        in_channels=[8, 16, 32, 64], out_channels=16, num_outs=5,
-        start_level=1, end_level=-1, add_extra_convs='on_input',
-        relu_before_extra_convs=True, no_norm_on_lateral=True,
-        conv_cfg=None, norm_cfg=None, act_cfg=None,
-        upsample_cfg=dict(mode='bilinear'), init_cfg=None)
+    args = OrderedDict(in_channels=[8, 16, 32,
+                                    64], out_channels=16, num_outs=5,
+                       start_level=1, end_level=-1, add_extra_convs='on_input',
+                       relu_before_extra_convs=True, no_norm_on_lateral=True,
+                       conv_cfg=None, norm_cfg=None, act_cfg=None,
+                       upsample_cfg=dict(mode='bilinear'), init_cfg=None)
     assert list(args) == stock_parameters(FPN)
     stock = FPN(*args.values())
     caps = HGWCapsFPN(*args.values(), hgw_cfg=HGW)
@@ -182,8 +190,10 @@ def test_fpn_every_stock_argument_positionally():
     assert count_caps(caps) == 3
     replaced = [f'fpn_convs.{i}.conv' for i in range(3)]
     check_same_as_stock(stock, caps, args, replaced)
-    feats = [torch.randn(1, c, 32 // 2**i, 32 // 2**i)
-             for i, c in enumerate([8, 16, 32, 64])]
+    feats = [
+        torch.randn(1, c, 32 // 2**i, 32 // 2**i)
+        for i, c in enumerate([8, 16, 32, 64])
+    ]
     with torch.no_grad():
         a, b = evaluated(stock)(feats), evaluated(caps)(feats)
     assert [t.shape for t in a] == [t.shape for t in b]

@@ -10,7 +10,7 @@ import torch
 from mmhgw.ops import (cpp_available, cross_cost, hgw_routing,
                        hgw_routing_reference, triton_available)
 from mmhgw.ot import MIN_EPS
-from mmhgw.testing import routing_inputs
+from mmhgw.benchmarking import random_routing_inputs
 
 # The module, not the function of the same name that mmhgw.ops exports.
 routing_module = importlib.import_module('mmhgw.ops.hgw_routing')
@@ -23,10 +23,10 @@ SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 5, 32, 8, 8),
 
 
 def make_inputs(M, N, V_p, V_q, d, dtype, seed=0):
-    """Layer-like inputs (:func:`mmhgw.testing.routing_inputs`) that
-    require gradients."""
+    """Layer-like inputs (:func:`mmhgw.benchmarking.random_routing_inputs`)
+    that require gradients."""
     return [t.requires_grad_()
-            for t in routing_inputs(M, N, V_p, V_q, d, dtype, seed)]
+            for t in random_routing_inputs(M, N, V_p, V_q, d, dtype, seed)]
 
 
 def relative(a, b):

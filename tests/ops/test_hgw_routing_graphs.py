@@ -7,7 +7,7 @@ import torch
 import mmhgw  # noqa: F401
 from mmhgw.models.backbones import HGWCapsResNet
 from mmhgw.ops import hgw_routing
-from mmhgw.testing import routing_inputs
+from mmhgw.benchmarking import random_routing_inputs
 
 #: The op as torch.export (the overload) and Dynamo (the packet) name it.
 OP = (torch.ops.mmhgw.hgw_routing.default, torch.ops.mmhgw.hgw_routing)
@@ -20,7 +20,7 @@ def routing(*inputs):
 
 
 def op_inputs():
-    inputs = routing_inputs(6, 3, 16, 8, 4, torch.float32)
+    inputs = random_routing_inputs(6, 3, 16, 8, 4, torch.float32)
     inputs.append(torch.randn(3, 32, 5))
     return [t.requires_grad_() for t in inputs]
 

@@ -24,14 +24,15 @@ def study():
 
 
 def run_study(tmp_path, *extra):
-    cmd = [sys.executable, 'tools/analysis/ablation_study.py',
-           '--variants', 'stock', '--seeds', '0', '1',
-           '--data', str(tmp_path / 'data'),
-           '--work-dir', str(tmp_path / 'work'),
-           '--out', str(tmp_path / 'docs' / 'ablations.md'),
-           '--image', str(tmp_path / 'docs' / 'images' / 'ablations.png'),
-           '--cfg-options', 'train_cfg.max_iters=2',
-           'train_dataloader.batch_size=1', *extra]
+    cmd = [
+        sys.executable, 'tools/analysis/ablation_study.py', '--variants',
+        'stock', '--seeds', '0', '1', '--data',
+        str(tmp_path / 'data'), '--work-dir',
+        str(tmp_path / 'work'), '--out',
+        str(tmp_path / 'docs' / 'ablations.md'), '--image',
+        str(tmp_path / 'docs' / 'images' / 'ablations.png'), '--cfg-options',
+        'train_cfg.max_iters=2', 'train_dataloader.batch_size=1', *extra
+    ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
@@ -57,8 +58,7 @@ def test_study_trains_tests_and_reports(tmp_path):
         for tool in ('train', 'test'):
             assert f'seed: {seed}' in (path / f'{tool}.out').read_text()
     report = (tmp_path / 'docs' / 'ablations.md').read_text()
-    row = [line for line in report.splitlines()
-           if line.startswith('| stock')]
+    row = [line for line in report.splitlines() if line.startswith('| stock')]
     assert len(row) == 1 and '±' in row[0]
     assert ', '.join(f'{v:.2f}' for v in values) in row[0]
     assert '](images/ablations.png)' in report
@@ -73,25 +73,29 @@ def test_study_trains_tests_and_reports(tmp_path):
     assert 'training 2 iterations' not in run_study(tmp_path)
     report = (tmp_path / 'docs' / 'ablations.md').read_text()
     assert report.endswith(notes)
-    assert sum(line.startswith('| stock')
-               for line in report.splitlines()) == 1
+    assert sum(line.startswith('| stock') for line in report.splitlines()) == 1
 
 
 def test_report_pairs_seeds_against_hgw(study, tmp_path):
+
     def result(variant, seed, miou):
         return dict(variant=variant, seed=seed, iters=120,
-                    metrics=dict(mIoU=miou, mDice=miou + 5),
-                    time_per_iter=2.0)
+                    metrics=dict(mIoU=miou, mDice=miou + 5), time_per_iter=2.0)
 
     results = {
-        'stock': [result('stock', 0, 70.0), result('stock', 1, 74.0)],
-        'hgw': [result('hgw', 0, 60.0), result('hgw', 1, 66.0)],
-        'uniform': [result('uniform', 1, 69.0), result('uniform', 0, 63.0)],
+        'stock': [result('stock', 0, 70.0),
+                  result('stock', 1, 74.0)],
+        'hgw': [result('hgw', 0, 60.0),
+                result('hgw', 1, 66.0)],
+        'uniform': [result('uniform', 1, 69.0),
+                    result('uniform', 0, 63.0)],
     }
     params = dict(stock=29.06e6, hgw=8.25e6, uniform=8.25e6)
     table = study.task_section('seg', list(results), results, params)
-    rows = {line.split('|')[1].strip(): line.split('|')[2:-1]
-            for line in table.splitlines()[2:]}
+    rows = {
+        line.split('|')[1].strip(): line.split('|')[2:-1]
+        for line in table.splitlines()[2:]
+    }
     assert rows['stock'][1].strip() == '29.06M'
     assert rows['hgw'][3].strip() == '63.00 ± 4.24'  # mIoU mean ± std
     # Paired by seed: 63 - 60 and 69 - 66.
@@ -105,18 +109,19 @@ def test_report_pairs_seeds_against_hgw(study, tmp_path):
     low, high = study.confidence_interval([-10.0, -8.0])
     assert rows['hgw'][8].strip() == f'-9.00 [{low:+.2f}, {high:+.2f}]'
     # t(0.975, 1 dof) = 12.706: the interval of two values is wide.
-    assert high == pytest.approx(-9 + 12.706 * 2 ** 0.5 / 2 ** 0.5,
-                                 abs=1e-3)
+    assert high == pytest.approx(-9 + 12.706 * 2**0.5 / 2**0.5, abs=1e-3)
     path = tmp_path / 'chart.png'
     study.bar_chart(['seg'], list(results), {'seg': results}, str(path))
     assert path.stat().st_size > 1000
 
 
 def test_variants_resolve_in_each_family(study):
+
     class Args:
         family = 'crop128'
-    assert study.config_of(Args, 'seg', 'narrow').endswith(
-        'unet-s5-d16-c34_fcn_crop128.py')
+
+    assert study.config_of(Args, 'seg',
+                           'narrow').endswith('unet-s5-d16-c34_fcn_crop128.py')
     assert study.config_of(Args, 'seg', 'uniform') == \
         study.config_of(Args, 'seg', 'hgw')
     assert 'model.backbone.hgw_cfg.routing=uniform' in \
@@ -130,8 +135,8 @@ def test_variants_resolve_in_each_family(study):
 
 def test_schedule_follows_iters(study):
     from mmengine.config import Config
-    cfg = Config.fromfile(osp.join(
-        ROOT, 'configs/study/unet-hgwcaps-s5-d16_fcn_crop128.py'))
+    cfg = Config.fromfile(
+        osp.join(ROOT, 'configs/study/unet-hgwcaps-s5-d16_fcn_crop128.py'))
     opts = study.schedule_options(cfg, 200)
     assert 'train_cfg.max_iters=200' in opts
     assert 'param_scheduler.0.end=200' in opts
@@ -147,18 +152,20 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
     (data / '.complete').write_text(DATA_VERSION)
     work = tmp_path / 'work' / 'seg' / 'stock' / 'seed0'
     work.mkdir(parents=True)
-    (work / 'result.json').write_text(json.dumps(dict(
-        task='seg', variant='stock', seed=0, iters=60,
-        config='configs/demo/unet-s5-d16_fcn_demo-isic.py', options=[],
-        requested_iters=None, metrics=dict(mIoU=50.0, mDice=60.0),
-        time_per_iter=1.0)))
-    done = subprocess.run(
-        [sys.executable, 'tools/analysis/ablation_study.py',
-         '--variants', 'stock', '--seeds', '0', '--data',
-         str(tmp_path / 'data'), '--work-dir', str(tmp_path / 'work'),
-         '--out', str(tmp_path / 'x.md'), '--image',
-         str(tmp_path / 'x.png'), '--iters', '3'],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    (work / 'result.json').write_text(
+        json.dumps(
+            dict(task='seg', variant='stock', seed=0, iters=60,
+                 config='configs/demo/unet-s5-d16_fcn_demo-isic.py',
+                 options=[], requested_iters=None,
+                 metrics=dict(mIoU=50.0, mDice=60.0), time_per_iter=1.0)))
+    done = subprocess.run([
+        sys.executable, 'tools/analysis/ablation_study.py', '--variants',
+        'stock', '--seeds', '0', '--data',
+        str(tmp_path / 'data'), '--work-dir',
+        str(tmp_path / 'work'), '--out',
+        str(tmp_path / 'x.md'), '--image',
+        str(tmp_path / 'x.png'), '--iters', '3'
+    ], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode != 0
     assert 'made with other settings' in done.stderr
     assert not (tmp_path / 'x.md').exists()

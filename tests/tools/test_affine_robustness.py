@@ -5,18 +5,23 @@ import os.path as osp
 import pytest
 import torch
 
-from mmhgw.testing import build_model_for_test, load_config_for_test
+from mmhgw.config_utils import build_config_model, load_offline_config
 from tools.analysis.affine_robustness import evaluate, main, warped_pipeline
 
 
 def test_warp_goes_after_every_loader():
-    pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize'),
-                dict(type='LoadAnnotations'), dict(type='PackSegInputs')]
+    pipeline = [
+        dict(type='LoadImageFromFile'),
+        dict(type='Resize'),
+        dict(type='LoadAnnotations'),
+        dict(type='PackSegInputs')
+    ]
     warp = dict(type='AffineWarp', angle=30)
     out = warped_pipeline(pipeline, warp)
     assert [s['type'] for s in out] == [
         'LoadImageFromFile', 'AffineWarp', 'Resize', 'LoadAnnotations',
-        'AffineWarp', 'PackSegInputs']
+        'AffineWarp', 'PackSegInputs'
+    ]
     with pytest.raises(ValueError, match='LoadImageFromFile'):
         warped_pipeline([dict(type='Resize')], warp)
 
@@ -28,8 +33,8 @@ def config(reduced_seg_config, tmp_path):
 
 @pytest.fixture
 def checkpoint(config, tmp_path):
-    cfg = load_config_for_test(config)
-    model = build_model_for_test(cfg)
+    cfg = load_offline_config(config)
+    model = build_config_model(cfg)
     path = tmp_path / 'model.pth'
     torch.save(dict(state_dict=model.state_dict(), meta={}), path)
     return str(path)
@@ -37,10 +42,12 @@ def checkpoint(config, tmp_path):
 
 def test_sweep_writes_curves(config, checkpoint, tmp_path):
     out, image = tmp_path / 'rot.json', tmp_path / 'rot.png'
-    main(['--model', 'a', config, checkpoint,
-          '--model', 'a', config, checkpoint,
-          '--sweep', 'rotation', '--values', '0', '45',
-          '--out', str(out), '--image', str(image)])
+    main([
+        '--model', 'a', config, checkpoint, '--model', 'a', config, checkpoint,
+        '--sweep', 'rotation', '--values', '0', '45', '--out',
+        str(out), '--image',
+        str(image)
+    ])
     result = json.loads(out.read_text())
     assert result['sweep'] == 'rotation' and result['metric'] == 'mIoU'
     curve = result['results']['a']
@@ -56,8 +63,10 @@ def test_sweep_writes_curves(config, checkpoint, tmp_path):
 
 def test_missing_checkpoint_is_named(config, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main(['--model', 'a', config,
-              str(tmp_path / 'nope.pth'), '--values', '0',
-              '--out', str(tmp_path / 'x.json')])
+        main([
+            '--model', 'a', config,
+            str(tmp_path / 'nope.pth'), '--values', '0', '--out',
+            str(tmp_path / 'x.json')
+        ])
     err = capsys.readouterr().err
     assert 'checkpoint' in err and 'nope.pth' in err

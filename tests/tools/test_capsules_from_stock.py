@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
+from mmhgw.config_utils import build_config_model, load_offline_config
 from mmhgw.datasets.synthetic import make_isic_lesions
 from mmhgw.models import HGWCaps
-from mmhgw.testing import (build_model_for_test, load_config_for_test,
-                           logged)
+from mmhgw.testing import logged
 from tools.model_converters.capsules_from_stock import main
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -27,12 +27,12 @@ def setup(tmp_path_factory):
     from conftest import write_reduced_seg_config
     tmp = tmp_path_factory.mktemp('convert')
     config = str(write_reduced_seg_config(tmp, num_train=2, num_val=2))
-    cfg = load_config_for_test(config)
+    cfg = load_offline_config(config)
     for key in ('hgw_cfg', 'enc_with_hgw', 'dec_with_hgw'):
         cfg.model.backbone.pop(key, None)
     cfg.model.backbone.type = 'UNet'
     torch.manual_seed(0)
-    stock = build_model_for_test(cfg)
+    stock = build_config_model(cfg)
     whole = str(tmp / 'stock_segmentor.pth')
     torch.save(dict(state_dict=stock.state_dict(), meta={}), whole)
     backbone = str(tmp / 'stock_unet.pth')
@@ -49,10 +49,11 @@ def test_cli_end_to_end_whole_segmentor(setup):
     for every layer; the checkpoint loads strictly into the HGWCaps
     segmentor, stock layers unchanged, meta naming the source."""
     out = str(setup['tmp'] / 'hgw_segmentor.pth')
-    proc = subprocess.run(
-        [sys.executable, TOOL, setup['whole'], setup['config'], out,
-         '--num-images', '4', '--img-size', '64', '64', '--steps', STEPS,
-         '--batch-size', '2'], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([
+        sys.executable, TOOL, setup['whole'], setup['config'], out,
+        '--num-images', '4', '--img-size', '64', '64', '--steps', STEPS,
+        '--batch-size', '2'
+    ], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Output to a pipe, as to a log file: no progress bar redrawn with
     # carriage returns, no initialisation table of every parameter.
@@ -65,14 +66,15 @@ def test_cli_end_to_end_whole_segmentor(setup):
     for name, err in errors.items():
         assert err['after'] < err['before'], (name, err)
         assert name in proc.stdout
-    model = build_model_for_test(load_config_for_test(setup['config']))
+    model = build_config_model(load_offline_config(setup['config']))
     model.load_state_dict(ckpt['state_dict'], strict=True)
     stock = setup['stock'].state_dict()
     assert torch.equal(ckpt['state_dict']['decode_head.conv_seg.weight'],
                        stock['decode_head.conv_seg.weight'])
-    assert torch.equal(ckpt['state_dict']['backbone.encoder.0.0.convs.0'
-                                          '.conv.weight'],
-                       stock['backbone.encoder.0.0.convs.0.conv.weight'])
+    assert torch.equal(
+        ckpt['state_dict']['backbone.encoder.0.0.convs.0'
+                           '.conv.weight'],
+        stock['backbone.encoder.0.0.convs.0.conv.weight'])
 
 
 def test_backbone_checkpoint_loads_through_init_cfg(setup, tmp_path):
@@ -80,15 +82,17 @@ def test_backbone_checkpoint_loads_through_init_cfg(setup, tmp_path):
     that the config loads through ``init_cfg=Pretrained`` with every key
     matched and the fitted capsule layers in place."""
     out = str(tmp_path / 'hgw_unet.pth')
-    main([setup['backbone'], setup['config'], out, '--images',
-          setup['images'], '--num-images', '4', '--img-size', '64', '64',
-          '--steps', '2', '--batch-size', '2'])
+    main([
+        setup['backbone'], setup['config'], out, '--images', setup['images'],
+        '--num-images', '4', '--img-size', '64', '64', '--steps', '2',
+        '--batch-size', '2'
+    ])
     ckpt = torch.load(out, map_location='cpu')
     assert ckpt['meta']['scope'] == 'backbone'
-    cfg = load_config_for_test(setup['config'])
+    cfg = load_offline_config(setup['config'])
     cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint=out)
     built = []
-    messages = logged(lambda: built.append(build_model_for_test(cfg)))
+    messages = logged(lambda: built.append(build_config_model(cfg)))
     model = built[0]
     # Nothing stays fresh, so nothing is reported as such.
     assert 'stay freshly initialised' not in messages
@@ -96,8 +100,9 @@ def test_backbone_checkpoint_loads_through_init_cfg(setup, tmp_path):
     assert set(got) == set(ckpt['state_dict'])
     for key, value in ckpt['state_dict'].items():
         assert torch.equal(got[key], value), key
-    caps = [n for n, m in model.backbone.named_modules()
-            if isinstance(m, HGWCaps)]
+    caps = [
+        n for n, m in model.backbone.named_modules() if isinstance(m, HGWCaps)
+    ]
     assert all(f'{n}.subcapsules' in ckpt['state_dict'] for n in caps)
 
 
@@ -108,12 +113,15 @@ def test_missing_files_are_named(setup, tmp_path):
     with pytest.raises(SystemExit, match='CONFIG: no such file'):
         main([setup['whole'], str(tmp_path / 'nope.py'), out])
     with pytest.raises(SystemExit, match='--images: no such folder'):
-        main([setup['whole'], setup['config'], out, '--images',
-              str(tmp_path / 'none')])
-    with pytest.raises(SystemExit,
-                       match='model.backbone.hgw_cfg.outer_iters'):
-        main([setup['whole'], setup['config'], out, '--cfg-options',
-              'hgw_cfg.outer_iters=5'])
+        main([
+            setup['whole'], setup['config'], out, '--images',
+            str(tmp_path / 'none')
+        ])
+    with pytest.raises(SystemExit, match='model.backbone.hgw_cfg.outer_iters'):
+        main([
+            setup['whole'], setup['config'], out, '--cfg-options',
+            'hgw_cfg.outer_iters=5'
+        ])
     assert not osp.exists(out)
 
 
@@ -145,9 +153,10 @@ def test_wrong_architecture_is_named(setup, tmp_path):
 def test_progress_bar_only_on_a_terminal(monkeypatch):
     import io
 
-    from mmhgw.testing import progress
+    from tools.model_converters.capsules_from_stock import progress
 
     class Terminal(io.StringIO):
+
         def isatty(self):
             return True
 

@@ -30,16 +30,22 @@ def suite():
 
 @pytest.fixture(scope='module')
 def writer():
-    return load('write_gpu_benchmarks', 'bench/write_gpu_benchmarks.py')
+    # The writer imports the scripts beside it, as when run as a script
+    # (its folder first on the import path).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(osp.join(ROOT, 'bench'))
+        yield load('write_gpu_benchmarks', 'bench/write_gpu_benchmarks.py')
 
 
 @pytest.fixture(scope='module')
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp('gpu-suite')
-    done = subprocess.run(
-        [sys.executable, 'tools/gpu_suite.py', str(out / 'out'), '--dry-run',
-         '--stages', DRY_STAGES, '--budget', '1200', '--archive',
-         str(out / 'out.tgz')], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([
+        sys.executable, 'tools/gpu_suite.py',
+        str(out / 'out'), '--dry-run', '--stages', DRY_STAGES, '--budget',
+        '1200', '--archive',
+        str(out / 'out.tgz')
+    ], cwd=ROOT, capture_output=True, text=True)
     with open(out / 'out' / 'gpu_suite.json') as f:
         report = json.load(f)
     return out, done, report
@@ -91,8 +97,8 @@ def test_dry_run_results(dry_run):
 
 
 def sections(text):
-    return dict(re.findall(r'<!-- (\S+):begin -->(.*?)<!-- \1:end -->', text,
-                           re.S))
+    return dict(
+        re.findall(r'<!-- (\S+):begin -->(.*?)<!-- \1:end -->', text, re.S))
 
 
 def test_writer_replaces_only_the_gpu_sections(dry_run, writer, tmp_path):
@@ -100,8 +106,10 @@ def test_writer_replaces_only_the_gpu_sections(dry_run, writer, tmp_path):
     doc = tmp_path / 'benchmarks.md'
     shutil.copyfile(osp.join(ROOT, 'docs', 'benchmarks.md'), doc)
     before = sections(doc.read_text())
-    writer.main([str(out / 'out' / 'gpu_suite.json'), '--doc', str(doc),
-                 '--allow-dry-run'])
+    writer.main([
+        str(out / 'out' / 'gpu_suite.json'), '--doc',
+        str(doc), '--allow-dry-run'
+    ])
     text = doc.read_text()
     after = sections(text)
     written = {'routing-op-cuda', 'training-amp-cuda', 'gpu-suite-cuda'}
@@ -126,8 +134,10 @@ def test_writer_replaces_only_the_gpu_sections(dry_run, writer, tmp_path):
 def test_writer_refuses_a_dry_run_by_default(dry_run, writer, tmp_path):
     out, _, _ = dry_run
     with pytest.raises(SystemExit) as exit_info:
-        writer.main([str(out / 'out' / 'gpu_suite.json'), '--doc',
-                     str(tmp_path / 'doc.md')])
+        writer.main([
+            str(out / 'out' / 'gpu_suite.json'), '--doc',
+            str(tmp_path / 'doc.md')
+        ])
     assert exit_info.value.code == 2
     assert not (tmp_path / 'doc.md').exists()
 
@@ -151,8 +161,8 @@ def test_short_command_drops_the_plumbing(writer):
 
 
 def make_suite(suite, tmp_path, *extra):
-    return suite.Suite(suite.parse_args([str(tmp_path / 'out'), '--dry-run',
-                                         *extra]))
+    return suite.Suite(
+        suite.parse_args([str(tmp_path / 'out'), '--dry-run', *extra]))
 
 
 def test_a_failing_stage_is_recorded_and_the_next_runs(suite, tmp_path):
@@ -190,8 +200,9 @@ def test_a_stage_without_budget_left_is_skipped(suite, tmp_path):
 def test_a_command_past_its_limit_is_ended(suite, tmp_path):
     s = make_suite(suite, tmp_path)
     with pytest.raises(suite.Stop) as stop:
-        s.checked('data', [sys.executable, '-c', 'import time; '
-                           'time.sleep(60)'], 1)
+        s.checked('data',
+                  [sys.executable, '-c', 'import time; '
+                   'time.sleep(60)'], 1)
     assert stop.value.status == 'timeout'
     run = s.report['stages']['data']['commands'][0]
     assert run['timed_out'] and run['seconds'] < 30
@@ -220,19 +231,20 @@ def test_junit_summary(suite, tmp_path):
     summary = suite.junit_summary(str(path))
     assert (summary['tests'], summary['passed'], summary['failures'],
             summary['errors'], summary['skipped']) == (4, 1, 1, 1, 1)
-    assert summary['failed'] == ['tests.a::bad: assert 1 == 2',
-                                 'tests.b::err']
+    assert summary['failed'] == ['tests.a::bad: assert 1 == 2', 'tests.b::err']
 
 
 def test_training_summary(suite, tmp_path):
     vis = tmp_path / '20260101_000000' / 'vis_data'
     vis.mkdir(parents=True)
-    records = [dict(iter=10, loss=2.0, time=9.0, memory=100),
-               dict(iter=20, loss=1.5, time=0.2, memory=120),
-               dict(iter=30, loss=1.0, time=0.4, memory=110),
-               dict(mIoU=55.0, time=0.1, step=30)]
-    (vis / 'scalars.json').write_text(
-        '\n'.join(json.dumps(r) for r in records))
+    records = [
+        dict(iter=10, loss=2.0, time=9.0, memory=100),
+        dict(iter=20, loss=1.5, time=0.2, memory=120),
+        dict(iter=30, loss=1.0, time=0.4, memory=110),
+        dict(mIoU=55.0, time=0.1, step=30)
+    ]
+    (vis / 'scalars.json').write_text('\n'.join(
+        json.dumps(r) for r in records))
     summary = suite.training_summary(str(tmp_path))
     assert summary['iters'] == 30 and summary['records'] == 3
     # The first interval holds the warm-up: left out of the median.
@@ -241,8 +253,8 @@ def test_training_summary(suite, tmp_path):
     assert (summary['loss_first'], summary['loss_last']) == (2.0, 1.0)
     assert summary['losses_finite']
     records[1]['loss'] = float('nan')
-    (vis / 'scalars.json').write_text(
-        '\n'.join(json.dumps(r) for r in records))
+    (vis / 'scalars.json').write_text('\n'.join(
+        json.dumps(r) for r in records))
     assert not suite.training_summary(str(tmp_path))['losses_finite']
     assert suite.training_summary(str(tmp_path / 'none'))['scalars'] is None
 
@@ -271,17 +283,18 @@ def fake_wheelhouse(root):
         zf.writestr('tinydep/__init__.py', 'VALUE = 1\n')
         zf.writestr('tinydep-1.0.dist-info/METADATA',
                     'Metadata-Version: 2.1\nName: tinydep\nVersion: 1.0\n')
-        zf.writestr('tinydep-1.0.dist-info/WHEEL',
-                    'Wheel-Version: 1.0\nRoot-Is-Purelib: true\n'
-                    'Tag: py3-none-any\n')
+        zf.writestr(
+            'tinydep-1.0.dist-info/WHEEL',
+            'Wheel-Version: 1.0\nRoot-Is-Purelib: true\n'
+            'Tag: py3-none-any\n')
         zf.writestr('tinydep-1.0.dist-info/RECORD', '')
     (root / 'src').mkdir()
-    files = {'setup.py': "from setuptools import setup\n"
-             "setup(name='mmcv', version='0.0.1', packages=['mmcv', "
-             "'mmcv.ops'])\n",
-             'mmcv/__init__.py': "__version__ = '0.0.1'\n",
-             'mmcv/ops/__init__.py': '',
-             'mmcv/ops/csrc/skipped.py': ''}
+    files = {
+        'setup.py': "from setuptools import setup\n"
+        "setup(name='mmcv', version='0.0.1', packages=['mmcv', "
+        "'mmcv.ops'])\n", 'mmcv/__init__.py': "__version__ = '0.0.1'\n",
+        'mmcv/ops/__init__.py': '', 'mmcv/ops/csrc/skipped.py': ''
+    }
     with tarfile.open(root / 'src' / 'mmcv-0.0.1.tar.gz', 'w:gz') as tf:
         for name, text in files.items():
             info = tarfile.TarInfo(f'mmcv-0.0.1/{name}')
@@ -289,14 +302,17 @@ def fake_wheelhouse(root):
             tf.addfile(info, io.BytesIO(text.encode()))
 
 
-def test_install_and_mmcv_build_once_per_machine(suite, tmp_path,
-                                                 monkeypatch):
+def test_install_and_mmcv_build_once_per_machine(suite, tmp_path, monkeypatch):
     fake_wheelhouse(tmp_path / 'wh')
     monkeypatch.setattr(suite, 'INSTALL_IMPORTS', ('tinydep', ))
-    monkeypatch.setattr(suite, 'MMCV_OPS_PROBE', 'import mmcv, tinydep; '
-                        'assert mmcv.__version__ == "0.0.1"')
-    args = [str(tmp_path / 'out'), '--work', str(tmp_path / 'work'),
-            '--wheelhouse', str(tmp_path / 'wh')]
+    monkeypatch.setattr(
+        suite, 'MMCV_OPS_PROBE', 'import mmcv, tinydep; '
+        'assert mmcv.__version__ == "0.0.1"')
+    args = [
+        str(tmp_path / 'out'), '--work',
+        str(tmp_path / 'work'), '--wheelhouse',
+        str(tmp_path / 'wh')
+    ]
     s = suite.Suite(suite.parse_args(args))
     assert s.stage('install', s.install)
     assert s.report['stages']['install']['result']['reused'] is False
@@ -307,7 +323,9 @@ def test_install_and_mmcv_build_once_per_machine(suite, tmp_path,
     assert not (standin / 'ops' / 'csrc').exists()
     work = tmp_path / 'work'
     assert s.env()['PYTHONPATH'].split(':')[:3] == [
-        ROOT, str(work / 'standin'), str(work / 'site')]
+        ROOT, str(work / 'standin'),
+        str(work / 'site')
+    ]
     s.report['environment']['capability'] = [9, 0]
     s.stage('mmcv-build', s.start_mmcv_build)
     stage = s.report['stages']['mmcv-build']
@@ -317,8 +335,8 @@ def test_install_and_mmcv_build_once_per_machine(suite, tmp_path,
     assert s.settle_mmcv(120)
     assert stage['status'] == 'ok', stage
     assert s.ops == 'built' and s.report['environment']['mmcv'] == '0.0.1'
-    assert s.env()['PYTHONPATH'].split(':')[1] == str(
-        tmp_path / 'work' / 'mmcv' / 'site')
+    assert s.env()['PYTHONPATH'].split(':')[1] == str(tmp_path / 'work' /
+                                                      'mmcv' / 'site')
 
     # A second run on the same machine reuses both.
     again = suite.Suite(suite.parse_args(args))
@@ -344,6 +362,5 @@ def test_whole_suite_stage_in_the_background(suite, tmp_path):
     stage = s.report['stages']['tests']
     assert stage['status'] == 'failed'
     result = stage['result']
-    assert (result['tests'], result['passed'], result['failures']) == (2, 1,
-                                                                       1)
+    assert (result['tests'], result['passed'], result['failures']) == (2, 1, 1)
     assert result['failed'][0].endswith('test_two: assert 1 == 2')

@@ -1,11 +1,7 @@
 """Every HGWCaps config has fewer parameters than its stock counterpart."""
 import os.path as osp
-import sys
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from tools.analysis.param_table import count, pairs  # noqa: E402
+from tools.analysis.param_table import count, pairs
 
 
 def test_counterparts_are_resolved_from_base_files():

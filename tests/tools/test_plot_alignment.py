@@ -22,8 +22,8 @@ def test_plot_alignment_writes_histograms_and_plan(tmp_path,
     run('tools/train.py', config, '--work-dir', str(work), '--cfg-options',
         'train_cfg.max_iters=2', 'train_cfg.val_interval=100',
         'default_hooks.checkpoint.interval=1')
-    image = sorted(glob.glob(str(tmp_path / 'ISIC2018' / 'images' / 'val' /
-                                 '*.jpg')))[0]
+    image = sorted(
+        glob.glob(str(tmp_path / 'ISIC2018' / 'images' / 'val' / '*.jpg')))[0]
     out = run('tools/analysis/plot_alignment.py', config,
               str(work / 'iter_1.pth'), str(work / 'iter_2.pth'), '--image',
               image, '--types', '3', '--out-dir', str(tmp_path / 'plots'))
@@ -33,8 +33,8 @@ def test_plot_alignment_writes_histograms_and_plan(tmp_path,
         assert name in out
     # Its own lines only: no initialisation table of every parameter.
     assert 'torch.Size' not in out and 'Initialized by' not in out
-    bad = subprocess.run(
-        [sys.executable, 'tools/analysis/plot_alignment.py', config,
-         str(work / 'iter_2.pth'), '--image', image, '--layer', 'nope'],
-        cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run([
+        sys.executable, 'tools/analysis/plot_alignment.py', config,
+        str(work / 'iter_2.pth'), '--image', image, '--layer', 'nope'
+    ], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and 'is not an HGWCaps layer' in bad.stderr

@@ -2,14 +2,10 @@
 backbones, segmentors and detectors in standard operations, run by
 onnxruntime and compared with PyTorch."""
 import os.path as osp
-import sys
 import textwrap
 
 import pytest
 import torch
-
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
 
 pytest.importorskip('onnx')
 pytest.importorskip('onnxscript')
@@ -20,6 +16,8 @@ import onnx  # noqa: E402
 from mmhgw.deployment import NotExportableError, export_onnx  # noqa: E402
 from mmhgw.models.backbones import HGWCapsResNet  # noqa: E402
 from tools.deployment.pytorch2onnx import main  # noqa: E402
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 SEG_HGW = osp.join(ROOT, 'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py')
 #: Narrow layers and few solver iterations: the reference unrolls every
@@ -50,15 +48,16 @@ RETINANET_HGW = textwrap.dedent('''
 def standard_only(proto, opset):
     """The file holds standard ONNX operations at ``opset`` only."""
     onnx.checker.check_model(proto)
-    assert [(o.domain, o.version) for o in proto.opset_import] == [('',
-                                                                     opset)]
+    assert [(o.domain, o.version) for o in proto.opset_import] == [('', opset)]
     assert all(node.domain == '' for node in proto.graph.node)
 
 
 def test_segmentor_exports_and_matches_pytorch(tmp_path, capsys):
     out = str(tmp_path / 'unet.onnx')
-    proto, errors = main([SEG_HGW, '--out', out, '--shape', '32', '--verify',
-                          '--cfg-options', *SEG_OPTIONS])
+    proto, errors = main([
+        SEG_HGW, '--out', out, '--shape', '32', '--verify', '--cfg-options',
+        *SEG_OPTIONS
+    ])
     standard_only(onnx.load(out), 17)
     assert len(errors) == 1 and errors[0] < 1e-4
     assert 'onnxruntime matches PyTorch' in capsys.readouterr().out
@@ -69,8 +68,9 @@ def test_detector_exports_and_matches_pytorch(tmp_path):
     config = tmp_path / 'retinanet_hgwcaps.py'
     config.write_text(RETINANET_HGW)
     out = str(tmp_path / 'retinanet.onnx')
-    proto, errors = main([str(config), '--out', out, '--shape', '64',
-                          '--opset', '18', '--verify'])
+    proto, errors = main([
+        str(config), '--out', out, '--shape', '64', '--opset', '18', '--verify'
+    ])
     standard_only(onnx.load(out), 18)
     # Class scores and box deltas of five FPN levels.
     assert len(errors) == 10 and max(errors) < 1e-4
@@ -88,8 +88,10 @@ def test_backbone_only_exports_the_backbone(tmp_path, monkeypatch):
         return onnx.ModelProto()
 
     monkeypatch.setattr(tool, 'export_onnx', fake_export)
-    main([str(config), '--out', str(tmp_path / 'b.onnx'), '--shape', '32',
-          '48', '--backbone-only'])
+    main([
+        str(config), '--out',
+        str(tmp_path / 'b.onnx'), '--shape', '32', '48', '--backbone-only'
+    ])
     assert isinstance(seen['module'], HGWCapsResNet)
     assert seen['shape'] == (1, 3, 32, 48) and seen['opset_version'] == 17
 

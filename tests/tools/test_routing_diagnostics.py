@@ -1,14 +1,14 @@
 """tools/analysis/routing_diagnostics.py on a reduced HGWCaps UNet."""
 import pytest
 
-from mmhgw.testing import load_config_for_test
+from mmhgw.config_utils import load_offline_config
 from tools.analysis.routing_diagnostics import diagnose
 
 
 @pytest.fixture
 def cfg(reduced_seg_config, tmp_path):
-    return load_config_for_test(str(reduced_seg_config(
-        tmp_path, num_train=4, num_val=1)))
+    return load_offline_config(
+        str(reduced_seg_config(tmp_path, num_train=4, num_val=1)))
 
 
 @pytest.mark.parametrize('scope', ['layer', 'network'])

@@ -53,6 +53,7 @@ def torch_pair() -> str:
             return md.version(name)
         except md.PackageNotFoundError:
             return 'none'
+
     return f"torch {version('torch')} torchvision {version('torchvision')}"
 
 
@@ -75,7 +76,8 @@ def fake_venv(tmp_path, broken_ops=False, broken_torchvision=False):
         (venv / '.torchvision-checked').write_text(torch_pair() + '\n')
     extra = f'export PYTHONPATH={shadow}\n' if shadow else ''
     python = venv / 'bin' / 'python'
-    python.write_text(textwrap.dedent(f"""\
+    python.write_text(
+        textwrap.dedent(f"""\
         #!/bin/bash
         if [ "$1" = -m ] && [ "$2" = pip ] && \\
             {{ [ "$3" = install ] || [ "$3" = uninstall ]; }}; then
@@ -136,19 +138,23 @@ def test_venv_without_pip_is_repaired(tmp_path):
     venv = tmp_path / 'venv'
     subprocess.run([sys.executable, '-m', 'venv', '--without-pip',
                     str(venv)], check=True)
-    assert subprocess.run([str(venv / 'bin' / 'python'), '-m', 'pip',
-                           '--version'], capture_output=True).returncode
+    assert subprocess.run(
+        [str(venv / 'bin' / 'python'), '-m', 'pip', '--version'],
+        capture_output=True).returncode
     # No index: the first download after the repair fails, fast.
     done = run_setup(venv, PIP_NO_INDEX='1')
     assert 'has no pip; installing it with ensurepip' in done.stdout
-    assert subprocess.run([str(venv / 'bin' / 'python'), '-m', 'pip',
-                           '--version'], capture_output=True).returncode == 0
+    assert subprocess.run(
+        [str(venv / 'bin' / 'python'), '-m', 'pip', '--version'],
+        capture_output=True).returncode == 0
 
 
 def test_torchvision_is_installed_only_where_it_works(tmp_path):
     with open(osp.join(ROOT, 'requirements', 'torchvision.txt')) as f:
-        pin = [line.strip() for line in f
-               if line.strip() and not line.startswith('#')][0]
+        pin = [
+            line.strip() for line in f
+            if line.strip() and not line.startswith('#')
+        ][0]
     venv, log = fake_venv(tmp_path, broken_torchvision=True)
     done = run_setup(venv)
     out = done.stdout + done.stderr

@@ -14,10 +14,10 @@ import pytest
 import torch
 from mmengine.config import Config
 
+from mmhgw.config_utils import build_config_model, load_offline_config
 from mmhgw.datasets.synthetic import make_coco_instances
 from mmhgw.engine.test_options import (add_test_options, apply_test_options,
                                        write_test_outputs)
-from mmhgw.testing import build_model_for_test, load_config_for_test
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 STOCK_DET = osp.join(ROOT, 'configs/demo/mask-rcnn_r50_fpn_demo-shapes.py')
@@ -25,8 +25,7 @@ PRETRAIN = osp.join(ROOT, 'configs/pretrain/cifar-resnet20_demo-shapes.py')
 
 
 def save_random_checkpoint(config, path):
-    model = build_model_for_test(load_config_for_test(str(config)),
-                                 init=False)
+    model = build_config_model(load_offline_config(str(config)), init=False)
     torch.save({'state_dict': model.state_dict(), 'meta': {}}, str(path))
     return str(path)
 
@@ -41,8 +40,9 @@ def unique_names(tmp_path):
     """Logger and visualizer names of a run of its own in this process: the
     hooks take mmengine's latest *new* visualizer, and the configs all name
     theirs 'visualizer'."""
-    return [f'experiment_name={tmp_path.name}',
-            f'visualizer.name={tmp_path.name}']
+    return [
+        f'experiment_name={tmp_path.name}', f'visualizer.name={tmp_path.name}'
+    ]
 
 
 def dumped_config(work):
@@ -57,12 +57,23 @@ def test_mmdet_out_show_dir_and_flip_tta(tmp_path, monkeypatch):
     out = tmp_path / 'det.pkl'
     ann = data / 'annotations' / 'instances_val2017.json'
     run_test_tool(
-        monkeypatch, STOCK_DET, checkpoint, '--work-dir',
-        str(tmp_path / 'work'), '--out', str(out), '--show-dir', 'painted',
+        monkeypatch,
+        STOCK_DET,
+        checkpoint,
+        '--work-dir',
+        str(tmp_path / 'work'),
+        '--out',
+        str(out),
+        '--show-dir',
+        'painted',
         # The checkpoint holds the mask head this test leaves out.
-        '--tta', '--allow-partial', '--cfg-options', *unique_names(tmp_path),
+        '--tta',
+        '--allow-partial',
+        '--cfg-options',
+        *unique_names(tmp_path),
         f'test_dataloader.dataset.data_root={data}',
-        f'test_evaluator.ann_file={ann}', 'test_evaluator.metric=bbox',
+        f'test_evaluator.ann_file={ann}',
+        'test_evaluator.metric=bbox',
         # DetTTAModel merges boxes only: the box part of Mask R-CNN.
         'model.roi_head.mask_head=None',
         'model.roi_head.mask_roi_extractor=None',
@@ -88,11 +99,10 @@ def test_mmseg_out_show_dir_and_flip_tta(tmp_path, monkeypatch,
     checkpoint = save_random_checkpoint(config, tmp_path / 'seg.pth')
     out, painted = tmp_path / 'masks', tmp_path / 'painted'
     metrics = tmp_path / 'metrics.json'
-    run_test_tool(
-        monkeypatch, str(config), checkpoint, '--work-dir',
-        str(tmp_path / 'work'), '--out', str(out), '--show-dir',
-        str(painted), '--interval', '1', '--tta', '--metrics-out',
-        str(metrics), '--cfg-options', *unique_names(tmp_path))
+    run_test_tool(monkeypatch, str(config), checkpoint, '--work-dir',
+                  str(tmp_path / 'work'), '--out', str(out), '--show-dir',
+                  str(painted), '--interval', '1', '--tta', '--metrics-out',
+                  str(metrics), '--cfg-options', *unique_names(tmp_path))
     assert len(glob.glob(str(out / '*.png'))) == 2
     assert len(glob.glob(str(painted / 'vis_data' / 'vis_image' /
                              '*.png'))) == 2
@@ -121,8 +131,8 @@ def applied(config, *argv):
 
 
 def test_mmpretrain_options_as_its_script(tmp_path):
-    cfg = applied(PRETRAIN, '--out', 'preds.pkl', '--show-dir', 'vis',
-                  '--tta', '--amp', '--no-pin-memory')
+    cfg = applied(PRETRAIN, '--out', 'preds.pkl', '--show-dir', 'vis', '--tta',
+                  '--amp', '--no-pin-memory')
     assert cfg.test_evaluator[-1] == dict(type='DumpResults',
                                           out_file_path='preds.pkl')
     hook = cfg.default_hooks.visualization
@@ -134,8 +144,7 @@ def test_mmpretrain_options_as_its_script(tmp_path):
     assert cfg.test_dataloader.pin_memory is False
     # --out-item metrics: the metrics go to --out after the test, nothing
     # dumps predictions.
-    args = options('--out', str(tmp_path / 'm.json'), '--out-item',
-                   'metrics')
+    args = options('--out', str(tmp_path / 'm.json'), '--out-item', 'metrics')
     cfg = Config.fromfile(PRETRAIN)
     apply_test_options(cfg, args)
     assert 'DumpResults' not in str(cfg.test_evaluator)
@@ -144,8 +153,7 @@ def test_mmpretrain_options_as_its_script(tmp_path):
         assert json.load(f) == {'accuracy/top1': 50.0}
 
 
-def test_show_sets_the_hook_for_mmdet_and_mmseg(reduced_seg_config,
-                                                tmp_path):
+def test_show_sets_the_hook_for_mmdet_and_mmseg(reduced_seg_config, tmp_path):
     hook = applied(STOCK_DET, '--show', '--wait-time',
                    '0.5').default_hooks.visualization
     assert (hook.draw, hook.show, hook.wait_time) == (True, True, 0.5)
@@ -157,8 +165,8 @@ def test_show_sets_the_hook_for_mmdet_and_mmseg(reduced_seg_config,
 
 @pytest.mark.parametrize('config,argv,match', [
     (STOCK_DET, ['--out', 'preds.json'], '--out preds.json: .*pkl'),
-    (STOCK_DET, ['--out', 'p.pkl', '--out-item', 'pred'],
-     '--out-item: only for mmpretrain'),
+    (STOCK_DET, ['--out', 'p.pkl', '--out-item', 'pred'
+                 ], '--out-item: only for mmpretrain'),
     (PRETRAIN, ['--out-item', 'metrics'], '--out-item needs --out'),
     (STOCK_DET, ['--tta'], 'DetTTAModel merges boxes only'),
 ])
@@ -170,8 +178,9 @@ def test_bad_option_combinations_fail_before_the_runner(config, argv, match):
 def test_options_need_a_stock_scope_and_a_visualization_hook():
     cfg = Config.fromfile(STOCK_DET)
     cfg.default_scope = 'mmengine'
-    with pytest.raises(ValueError, match="--tta: the config's default_scope"
-                       " is 'mmengine'"):
+    with pytest.raises(
+            ValueError, match="--tta: the config's default_scope"
+            " is 'mmengine'"):
         apply_test_options(cfg, options('--tta'))
     cfg = Config.fromfile(STOCK_DET)
     del cfg.default_hooks['visualization']

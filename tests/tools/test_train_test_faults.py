@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
+from mmhgw.config_utils import build_config_model, load_offline_config
 from mmhgw.engine.work_dir import WorkDirLock
-from mmhgw.testing import build_model_for_test, load_config_for_test
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -23,8 +23,9 @@ def run_tool(*args, timeout=600):
 @pytest.fixture(scope='module')
 def config(tmp_path_factory):
     from conftest import write_reduced_seg_config
-    return str(write_reduced_seg_config(
-        tmp_path_factory.mktemp('faults'), num_train=2, num_val=2))
+    return str(
+        write_reduced_seg_config(tmp_path_factory.mktemp('faults'),
+                                 num_train=2, num_val=2))
 
 
 def test_resume_without_last_checkpoint_refuses_and_keeps_files(
@@ -45,8 +46,7 @@ def test_resume_without_last_checkpoint_refuses_and_keeps_files(
 def test_second_run_in_a_live_work_dir_refuses(tmp_path, config):
     lock = WorkDirLock(tmp_path).acquire()
     try:
-        done = run_tool('tools/train.py', config, '--work-dir',
-                        str(tmp_path))
+        done = run_tool('tools/train.py', config, '--work-dir', str(tmp_path))
     finally:
         lock.release()
     assert done.returncode != 0
@@ -61,15 +61,17 @@ def test_start_fresh_needs_resume(monkeypatch, capsys):
         parse_args()
     assert exit_.value.code == 2
     assert '--start-fresh applies to --resume only' in capsys.readouterr().err
-    monkeypatch.setattr(sys, 'argv', ['train.py', 'c.py', '--resume',
-                                      '--start-fresh'])
+    monkeypatch.setattr(sys, 'argv',
+                        ['train.py', 'c.py', '--resume', '--start-fresh'])
     assert parse_args().start_fresh
 
 
 @pytest.mark.parametrize('tool', ['train', 'test'])
 def test_type_typo_refused_before_the_runner(tmp_path, config, tool):
-    args = ['--work-dir', str(tmp_path), '--cfg-options',
-            'model.backbone.hgw_cfg.type=HGWCap']
+    args = [
+        '--work-dir',
+        str(tmp_path), '--cfg-options', 'model.backbone.hgw_cfg.type=HGWCap'
+    ]
     if tool == 'test':
         args.insert(0, str(tmp_path / 'none.pth'))
     done = run_tool(f'tools/{tool}.py', config, *args)
@@ -80,16 +82,15 @@ def test_type_typo_refused_before_the_runner(tmp_path, config, tool):
 
 
 def save_model(config, path, edit_state=None, **hgw):
-    cfg = load_config_for_test(config)
+    cfg = load_offline_config(config)
     cfg.model.backbone.hgw_cfg.update(hgw)
-    state = build_model_for_test(cfg).state_dict()
+    state = build_config_model(cfg).state_dict()
     if edit_state:
         edit_state(state)
     torch.save(dict(state_dict=state, meta=dict(epoch=0, iter=2)), path)
 
 
-def test_resume_with_changed_capsule_shapes_names_the_keys(tmp_path,
-                                                           config):
+def test_resume_with_changed_capsule_shapes_names_the_keys(tmp_path, config):
     ckpt = str(tmp_path / 'iter_2.pth')
     save_model(config, ckpt, num_parts=2)  # the config has 4
     done = run_tool('tools/train.py', config, '--work-dir',

@@ -20,13 +20,15 @@ def run_tool(*args, timeout=600):
 
 
 def data_root_options(root, det):
-    opts = [f'{loader}.dataset.data_root={root}'
-            for loader in ('train_dataloader', 'val_dataloader',
-                           'test_dataloader')]
+    opts = [
+        f'{loader}.dataset.data_root={root}'
+        for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')
+    ]
     if det:
         ann = osp.join(root, 'annotations', 'instances_val2017.json')
-        opts += [f'val_evaluator.ann_file={ann}',
-                 f'test_evaluator.ann_file={ann}']
+        opts += [
+            f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}'
+        ]
     return opts
 
 

@@ -10,8 +10,10 @@ import pytest
 from packaging.requirements import Requirement
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-IMAGE = {'numpy': '2.5.2', 'scipy': None, 'opencv-python-headless': None,
-         'setuptools': None}
+IMAGE = {
+    'numpy': '2.5.2', 'scipy': None, 'opencv-python-headless': None,
+    'setuptools': None
+}
 
 
 @pytest.fixture(scope='module')
@@ -46,21 +48,26 @@ def sdist(dest, name, version, requires_txt):
 
 
 def test_a_complete_set_passes(wh, tmp_path):
-    wheel(tmp_path, 'alpha', '1.0', requires=[
-        'beta>=1', 'numpy>=1.26', 'opencv-python>=3',
-        "tomli; python_version < '3.11'", "pytest; extra == 'test'",
-        "pywin32; sys_platform == 'win32'"])
+    wheel(
+        tmp_path, 'alpha', '1.0', requires=[
+            'beta>=1', 'numpy>=1.26', 'opencv-python>=3',
+            "tomli; python_version < '3.11'", "pytest; extra == 'test'",
+            "pywin32; sys_platform == 'win32'"
+        ])
     wheel(tmp_path, 'beta', '1.2', tag='cp312-abi3-manylinux_2_28_x86_64')
     wheel(tmp_path, 'gamma', '0.1', tag='cp310-abi3-manylinux2014_x86_64')
     wheel(tmp_path, 'setuptools', '80.10.2')  # carried over the image's
-    sdist(tmp_path, 'mmcv', '2.1.0',
-          'alpha\nbeta\n\n[:sys_platform == "win32"]\nregex\n\n[all]\n'
-          'onnx\n')
+    sdist(
+        tmp_path, 'mmcv', '2.1.0',
+        'alpha\nbeta\n\n[:sys_platform == "win32"]\nregex\n\n[all]\n'
+        'onnx\n')
     problems, left = wh.check(str(tmp_path), IMAGE, 2**20)
     assert problems == []
     # The image's numpy meets numpy>=1.26; OpenCV's version is not known.
-    assert left == [dict(required_by='alpha-1.0-py3-none-any.whl',
-                         requirement='opencv-python>=3', image=None)]
+    assert left == [
+        dict(required_by='alpha-1.0-py3-none-any.whl',
+             requirement='opencv-python>=3', image=None)
+    ]
 
 
 def test_missing_and_conflicting_requirements(wh, tmp_path):
@@ -76,17 +83,21 @@ def test_missing_and_conflicting_requirements(wh, tmp_path):
             'image') in problems
 
 
-@pytest.mark.parametrize('tag', [
-    'cp311-cp311-manylinux_2_17_x86_64',  # another Python
-    'cp312-cp312-manylinux_2_34_x86_64',  # a newer glibc than promised
-    'cp312-cp312-macosx_11_0_arm64',
-    'cp312-cp312-linux_x86_64',  # built here, not portable
-])
+@pytest.mark.parametrize(
+    'tag',
+    [
+        'cp311-cp311-manylinux_2_17_x86_64',  # another Python
+        'cp312-cp312-manylinux_2_34_x86_64',  # a newer glibc than promised
+        'cp312-cp312-macosx_11_0_arm64',
+        'cp312-cp312-linux_x86_64',  # built here, not portable
+    ])
 def test_wheels_that_do_not_install_on_the_target(wh, tmp_path, tag):
     wheel(tmp_path, 'alpha', '1.0', tag=tag)
     problems, _ = wh.check(str(tmp_path), IMAGE, 2**20)
-    assert problems == [f'alpha-1.0-{tag}.whl: none of its tags installs on '
-                        'CPython 3.12, manylinux_2_28 x86_64']
+    assert problems == [
+        f'alpha-1.0-{tag}.whl: none of its tags installs on '
+        'CPython 3.12, manylinux_2_28 x86_64'
+    ]
 
 
 def test_two_versions_an_image_package_and_the_size(wh, tmp_path):
@@ -95,16 +106,19 @@ def test_two_versions_an_image_package_and_the_size(wh, tmp_path):
     wheel(tmp_path, 'numpy', '1.26.4', tag='cp312-cp312-manylinux_2_17_x86_64')
     problems, _ = wh.check(str(tmp_path), IMAGE, 100)
     assert any(p.startswith('beta: 2 versions') for p in problems)
-    assert any(p.startswith('numpy-1.26.4') and 'the image has numpy' in p
-               for p in problems)
+    assert any(
+        p.startswith('numpy-1.26.4') and 'the image has numpy' in p
+        for p in problems)
     assert any('over the 0 MiB limit' in p for p in problems)
 
 
 def test_only_mmcv_comes_as_sources(wh, tmp_path):
     sdist(tmp_path, 'alpha', '1.0', '')
     problems, _ = wh.check(str(tmp_path), IMAGE, 2**20)
-    assert problems == ["alpha-1.0.tar.gz: only ['mmcv'] are carried as "
-                        'sources']
+    assert problems == [
+        "alpha-1.0.tar.gz: only ['mmcv'] are carried as "
+        'sources'
+    ]
 
 
 def test_check_command_line(wh, tmp_path, capsys):
@@ -122,8 +136,8 @@ def test_egg_info_requires(wh):
     reqs = wh.egg_info_requires('a\nb>=2\n\n[:sys_platform == "win32"]\nc\n'
                                 '\n[tests]\nd\n\n[all:python_version<"3"]\n'
                                 'e\n')
-    assert [str(r) for r in reqs] == ['a', 'b>=2',
-                                      'c; sys_platform == "win32"']
+    assert [str(r)
+            for r in reqs] == ['a', 'b>=2', 'c; sys_platform == "win32"']
     assert [wh.applies(r) for r in reqs] == [True, True, False]
 
 
@@ -141,8 +155,9 @@ def test_project_lists_read(wh, tmp_path):
     assert image['torch'] == '2.11.0' and 'numpy' in image
     assert 'mmdet' not in image and 'shapely' not in image
     roots = {r.name for r, _ in wh.project_roots()}
-    assert {'mmcv', 'mmdet', 'mmsegmentation', 'mmpretrain', 'pot',
-            'setuptools'} <= roots
+    assert {
+        'mmcv', 'mmdet', 'mmsegmentation', 'mmpretrain', 'pot', 'setuptools'
+    } <= roots
     bad = tmp_path / 'image.txt'
     bad.write_text('numpy==2.5.2\ntorch >= 2\n')
     with pytest.raises(wh.WheelhouseError, match=r'image.txt:2: expected'):

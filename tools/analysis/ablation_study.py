@@ -40,7 +40,6 @@ import sys
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
 
 #: Config files of each family: the stock model, the stock model narrowed to
 #: the HGWCaps model's parameter count, and the HGWCaps model, per task.
@@ -258,9 +257,9 @@ def train_and_test(task, variant, seed, args):
 
 
 def count_parameters(args, task, variant):
-    from mmhgw.testing import build_model_for_test, load_config_for_test
-    cfg = load_config_for_test(osp.join(ROOT, config_of(args, task, variant)))
-    model = build_model_for_test(cfg, init=False)
+    from mmhgw.config_utils import build_config_model, load_offline_config
+    cfg = load_offline_config(osp.join(ROOT, config_of(args, task, variant)))
+    model = build_config_model(cfg, init=False)
     return sum(p.numel() for p in model.parameters())
 
 

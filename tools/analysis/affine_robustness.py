@@ -81,8 +81,9 @@ def sweep(models, name: str, values, metric: str, options) -> dict:
                 raise KeyError(f'metric {metric!r} not among the test '
                                f'metrics of {config}: {sorted(metrics)}')
             per_value.setdefault(str(value), []).append(metrics[metric])
-            print(f'{label:10s} {name} {value}: {metric} '
-                  f'{metrics[metric]:.2f}', flush=True)
+            print(
+                f'{label:10s} {name} {value}: {metric} '
+                f'{metrics[metric]:.2f}', flush=True)
     return results
 
 
@@ -148,8 +149,8 @@ def main(argv=None):
     stats = summary(results)
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w') as f:
-        json.dump(dict(sweep=args.sweep, metric=args.metric, results=stats),
-                  f, indent=2)
+        json.dump(dict(sweep=args.sweep, metric=args.metric, results=stats), f,
+                  indent=2)
     if args.image:
         plot(stats, args.sweep, args.metric, args.image)
     print(f'written to {args.out}' +

@@ -12,18 +12,13 @@ are not loaded: FLOPs do not depend on them.
         [--cfg-options k=v ...] [--table-depth 3]
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from mmhgw.analysis import flop_analyzer, flop_report  # noqa: E402
-from mmhgw.analysis.tracing import TensorModeModel, check_shape  # noqa
-from mmhgw.config_utils import merge_cfg_options  # noqa: E402
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
+from mmhgw.analysis import flop_analyzer, flop_report
+from mmhgw.analysis.tracing import TensorModeModel, check_shape
+from mmhgw.config_utils import (build_config_model, load_offline_config,
+                                merge_cfg_options)
 
 
 def parse_args(argv=None):
@@ -34,9 +29,10 @@ def parse_args(argv=None):
                         help='input height and width (one value: square)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
-    parser.add_argument('--table-depth', type=int, default=0,
-                        help='also print mmengine\'s per-module table to '
-                        'this depth (0: no table)')
+    parser.add_argument(
+        '--table-depth', type=int, default=0,
+        help='also print mmengine\'s per-module table to '
+        'this depth (0: no table)')
     return parser.parse_args(argv)
 
 
@@ -47,13 +43,13 @@ def gflops(n):
 def main(argv=None):
     args = parse_args(argv)
     shape = check_shape(args.shape)
-    cfg = load_config_for_test(args.config)
+    cfg = load_offline_config(args.config)
     merge_cfg_options(cfg, args.cfg_options)
     scope = cfg.get('default_scope')
     if scope not in ('mmdet', 'mmseg'):
         raise ValueError(f'{args.config}: default_scope must be mmdet or '
                          f'mmseg, got {scope!r}')
-    model = build_model_for_test(cfg, init=False)
+    model = build_config_model(cfg, init=False)
     model.eval()  # stock ResNet.train() returns None: no chaining
     wrapped = TensorModeModel(model, scope, shape)
     image = torch.randn(1, 3, *shape)
@@ -75,13 +71,15 @@ def main(argv=None):
         f'Params:       {params / 1e6:.3f} M',
     ]
     if report.unsupported:
-        lines.append('Not counted:  ' + ', '.join(
-            f'{k} x{v}' for k, v in sorted(report.unsupported.items())))
+        lines.append('Not counted:  ' +
+                     ', '.join(f'{k} x{v}'
+                               for k, v in sorted(report.unsupported.items())))
     print('\n'.join(lines))
     if args.table_depth > 0:
         from mmengine.analysis.print_helper import complexity_stats_table
-        print(complexity_stats_table(analyzer, max_depth=args.table_depth,
-                                     show_param_shapes=False))
+        print(
+            complexity_stats_table(analyzer, max_depth=args.table_depth,
+                                   show_param_shapes=False))
     return report, params
 
 

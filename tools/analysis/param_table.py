@@ -10,13 +10,11 @@ import argparse
 import ast
 import glob
 import os.path as osp
-import sys
+
+from mmhgw.benchmarking import markdown_table, write_section
+from mmhgw.config_utils import build_config_model, load_offline_config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from bench.common import markdown_table, write_section  # noqa: E402
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
 
 #: The paper's whole-model ratios (Table "obj" and Table c3).
 PAPER_RATIOS = {
@@ -34,8 +32,10 @@ def bases(path):
                 getattr(t, 'id', None) == '_base_' for t in node.targets):
             value = ast.literal_eval(node.value)
             value = [value] if isinstance(value, str) else value
-            return [v if '::' in v else osp.normpath(
-                osp.join(osp.dirname(path), v)) for v in value]
+            return [
+                v if '::' in v else osp.normpath(osp.join(
+                    osp.dirname(path), v)) for v in value
+            ]
     return []
 
 
@@ -52,7 +52,7 @@ def stock_counterpart(path):
 
 
 def count(path):
-    model = build_model_for_test(load_config_for_test(path))
+    model = build_config_model(load_offline_config(path))
     return sum(p.numel() for p in model.parameters())
 
 
@@ -61,8 +61,8 @@ def pairs():
     # here, not its parameters.
     configs = sorted(p for p in glob.glob(
         osp.join(ROOT, 'configs', '**', '*.py'), recursive=True)
-        if '_base_' not in p and is_hgw(p) and
-        osp.basename(osp.dirname(p)) != 'ablations')
+                     if '_base_' not in p and is_hgw(p)
+                     and osp.basename(osp.dirname(p)) != 'ablations')
     return [(p, stock_counterpart(p)) for p in configs]
 
 
@@ -78,16 +78,19 @@ def main():
         ratio = cache[hgw] / cache[stock]
         paper = next((f'{v:.2f}' for k, v in PAPER_RATIOS.items()
                       if osp.basename(hgw).startswith(k)), '')
-        rows.append([osp.relpath(hgw, ROOT),
-                     stock if '::' in stock else osp.relpath(stock, ROOT),
-                     f'{cache[stock] / 1e6:.2f}M', f'{cache[hgw] / 1e6:.2f}M',
-                     f'{ratio:.2f}', paper])
+        rows.append([
+            osp.relpath(hgw, ROOT),
+            stock if '::' in stock else osp.relpath(stock, ROOT),
+            f'{cache[stock] / 1e6:.2f}M', f'{cache[hgw] / 1e6:.2f}M',
+            f'{ratio:.2f}', paper
+        ])
         print(rows[-1], flush=True)
     body = ('Whole-model parameters as built from the configs (the paper '
             'reports R-101 Mask R-CNN, UNet and DeepLabV3+; lower is better, '
-            'the paper\'s ratio is the bar to beat).\n\n' + markdown_table(
-                ['config', 'stock counterpart', 'stock', 'HGWCaps',
-                 'ratio', 'paper ratio'], rows))
+            'the paper\'s ratio is the bar to beat).\n\n' + markdown_table([
+                'config', 'stock counterpart', 'stock', 'HGWCaps', 'ratio',
+                'paper ratio'
+            ], rows))
     print(body)
     if not args.no_write:
         write_section('param-table', 'Parameters: HGWCaps configs vs stock',

@@ -12,37 +12,34 @@ type) pair as a heat map. Writes two PNGs.
 import argparse
 import os
 import os.path as osp
-import sys
 
 import matplotlib
 import torch
 
+from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.models import HGWCaps
+
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
-
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from mmhgw.models import HGWCaps  # noqa: E402
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
 
 
 def test_pipeline(cfg):
     """The config's test pipeline without annotation loading."""
     from mmcv.transforms import Compose
-    steps = [t for t in cfg.test_dataloader.dataset.pipeline
-             if 'Annotations' not in t['type']]
+    steps = [
+        t for t in cfg.test_dataloader.dataset.pipeline
+        if 'Annotations' not in t['type']
+    ]
     return Compose(steps)
 
 
 def capture_routing(cfg, checkpoint, image, layer_name=None):
     """Distances [L, N], plans [L, N, V_p, V_q] and the layer's name."""
     from mmengine.runner import load_checkpoint
-    model = build_model_for_test(cfg)
+    model = build_config_model(cfg)
     load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
     model.eval()
-    layers = {n: m for n, m in model.named_modules()
-              if isinstance(m, HGWCaps)}
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, HGWCaps)}
     if not layers:
         raise SystemExit(f'{cfg.filename} has no HGWCaps layer')
     if layer_name is None:
@@ -87,8 +84,9 @@ def plot(stages, out_dir, num_types, layer_name):
             ax.tick_params(labelsize=7)
     for ax in axes[-1]:
         ax.set_xlabel('HGW distance', fontsize=8)
-    fig.suptitle(f'{layer_name}: distances of the input to each capsule '
-                 'type, per training stage', fontsize=10)
+    fig.suptitle(
+        f'{layer_name}: distances of the input to each capsule '
+        'type, per training stage', fontsize=10)
     fig.tight_layout()
     hist_path = osp.join(out_dir, 'alignment_histograms.png')
     fig.savefig(hist_path, dpi=110)
@@ -100,8 +98,9 @@ def plot(stages, out_dir, num_types, layer_name):
     im = ax.imshow(plan[loc, t].numpy(), cmap='viridis', aspect='auto')
     ax.set_xlabel('subcapsule part (V_q)')
     ax.set_ylabel('input capsule type (V_p)')
-    ax.set_title(f'transport plan, location {loc}, type {t}\n'
-                 f'distance {float(dist[loc, t]):.4f}', fontsize=9)
+    ax.set_title(
+        f'transport plan, location {loc}, type {t}\n'
+        f'distance {float(dist[loc, t]):.4f}', fontsize=9)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     plan_path = osp.join(out_dir, 'transport_plan.png')
@@ -122,7 +121,7 @@ def main():
                         help='capsule types to show (best aligned first)')
     parser.add_argument('--out-dir', default='work_dirs/alignment')
     args = parser.parse_args()
-    cfg = load_config_for_test(args.config)
+    cfg = load_offline_config(args.config)
     stages, layer = [], args.layer
     for ckpt in args.checkpoints:
         dist, plan, layer = capture_routing(cfg, ckpt, args.image, layer)

@@ -41,12 +41,10 @@ def layer_statistics(layer, x) -> dict:
         K = layer._cross_cost(r['components'])
         reg = layer._regulariser(layer._structures(r['components']))
         return dict(
-            row_entropy=(row_entropy / math.log(plan.shape[-1])).mean()
-            .item(),
+            row_entropy=(row_entropy / math.log(plan.shape[-1])).mean().item(),
             active_types=(act > 0.5).float().sum(-1).mean().item(),
             out_types=layer.out_types,
-            distance_spread=(dist.max(-1)[0] - dist.min(-1)[0]).mean()
-            .item(),
+            distance_spread=(dist.max(-1)[0] - dist.min(-1)[0]).mean().item(),
             saturated_cross_cost=(K > 0.99).float().mean().item(),
             component_sq=r['components'].pow(2).mean().item(),
             subcapsule_sq=layer.subcapsules.pow(2).mean().item(),
@@ -85,32 +83,32 @@ def gradient_norms(model, inputs, samples, capsule_names, with_reg: bool):
             squares[section_of(name, capsule_names)] += \
                 p.grad.pow(2).sum().item()
     model.zero_grad()
-    return {k: v ** 0.5 for k, v in squares.items()}
+    return {k: v**0.5 for k, v in squares.items()}
 
 
 def diagnose(cfg, checkpoint=None, batches=2, beta=None) -> dict:
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner, load_checkpoint
 
+    from mmhgw.config_utils import build_config_model
     from mmhgw.models import HGWCaps
-    from mmhgw.testing import build_model_for_test
     init_default_scope(cfg.get('default_scope', 'mmengine'))
-    model = build_model_for_test(cfg, init=checkpoint is None)
+    model = build_config_model(cfg, init=checkpoint is None)
     if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu',
-                        logger='silent')
+        load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
     model.train()
-    layers = {n: m for n, m in model.named_modules()
-              if isinstance(m, HGWCaps)}
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, HGWCaps)}
     if not layers:
         raise SystemExit('the model has no HGWCaps layer to diagnose')
     for m in layers.values():
         if beta is not None:
             m.beta.fill_(beta)
     captured = {}
-    hooks = [m.register_forward_hook(
-        lambda mod, inp, out, name=n: captured.__setitem__(name, inp[0]))
-        for n, m in layers.items()]
+    hooks = [
+        m.register_forward_hook(
+            lambda mod, inp, out, name=n: captured.__setitem__(name, inp[0]))
+        for n, m in layers.items()
+    ]
     loader = Runner.build_dataloader(cfg.train_dataloader)
     stats = defaultdict(list)
     grads = defaultdict(lambda: defaultdict(list))
@@ -118,9 +116,8 @@ def diagnose(cfg, checkpoint=None, batches=2, beta=None) -> dict:
         data = model.data_preprocessor(batch, training=True)
         for with_reg in (False, True):
             key = 'task + E' if with_reg else 'task'
-            norms = gradient_norms(model, data['inputs'],
-                                   data['data_samples'], list(layers),
-                                   with_reg)
+            norms = gradient_norms(model, data['inputs'], data['data_samples'],
+                                   list(layers), with_reg)
             for part, value in norms.items():
                 grads[part][key].append(value)
         for name, layer in layers.items():
@@ -129,10 +126,15 @@ def diagnose(cfg, checkpoint=None, batches=2, beta=None) -> dict:
         h.remove()
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     return dict(
-        layers={n: {k: mean([s[k] for s in runs]) for k in runs[0]}
-                for n, runs in stats.items()},
-        gradients={part: {k: mean(v) for k, v in by.items()}
-                   for part, by in grads.items()})
+        layers={
+            n: {k: mean([s[k] for s in runs])
+                for k in runs[0]}
+            for n, runs in stats.items()
+        }, gradients={
+            part: {k: mean(v)
+                   for k, v in by.items()}
+            for part, by in grads.items()
+        })
 
 
 def parse_args(argv=None):
@@ -149,8 +151,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import mmhgw  # noqa: F401
-    from mmhgw.testing import load_config_for_test
-    cfg = load_config_for_test(args.config)
+    from mmhgw.config_utils import load_offline_config
+    cfg = load_offline_config(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     if args.beta is None:
@@ -159,8 +161,7 @@ def main(argv=None):
     for name, s in result['layers'].items():
         print(name, ' '.join(f'{k}={v:.4g}' for k, v in s.items()))
     for part, by in sorted(result['gradients'].items()):
-        print(f'{part:28s}', ' '.join(f'{k}: {v:.3e}'
-                                       for k, v in by.items()))
+        print(f'{part:28s}', ' '.join(f'{k}: {v:.3e}' for k, v in by.items()))
     if args.out:
         with open(args.out, 'w') as f:
             json.dump(result, f, indent=2)

@@ -5,8 +5,10 @@ ground-truth masks::
 
     ISIC2018_Task1-2_Training_Input/ISIC_0000000.jpg
     ISIC2018_Task1_Training_GroundTruth/ISIC_0000000_segmentation.png
-    ISIC2018_Task1-2_Validation_Input/...   ISIC2018_Task1_Validation_GroundTruth/...
-    ISIC2018_Task1-2_Test_Input/...         ISIC2018_Task1_Test_GroundTruth/...
+    ISIC2018_Task1-2_Validation_Input/...
+    ISIC2018_Task1_Validation_GroundTruth/...
+    ISIC2018_Task1-2_Test_Input/...
+    ISIC2018_Task1_Test_GroundTruth/...
 
 This tool links (or copies) them into::
 
@@ -93,10 +95,13 @@ def pair_split(src, split, image_dir, mask_dir):
     for missing, what in ((images.keys() - masks.keys(), 'mask'),
                           (masks.keys() - images.keys(), 'image')):
         if missing:
-            print(f'[{split}] {len(missing)} without a {what}, skipped: '
-                  f'{", ".join(sorted(missing)[:5])}...', file=sys.stderr)
-    return {stem: (images[stem], masks[stem])
-            for stem in sorted(images.keys() & masks.keys())}
+            print(
+                f'[{split}] {len(missing)} without a {what}, skipped: '
+                f'{", ".join(sorted(missing)[:5])}...', file=sys.stderr)
+    return {
+        stem: (images[stem], masks[stem])
+        for stem in sorted(images.keys() & masks.keys())
+    }
 
 
 def remove_entry(path):
@@ -128,8 +133,8 @@ def convert_split(src, out, split, image_dir, mask_dir, pairs, copy):
         outputs['images'][image] = osp.join(src, image_dir, image)
         outputs['annotations'][stem + MASK_SUFFIX] = osp.join(
             src, mask_dir, mask)
-    removed = sum(prune(osp.join(out, sub, split), outputs[sub])
-                  for sub in outputs)
+    removed = sum(
+        prune(osp.join(out, sub, split), outputs[sub]) for sub in outputs)
     if removed:
         print(f'[{split}] removed {removed} files no longer in the '
               f'download')
@@ -156,8 +161,7 @@ def shared_ids(paired):
     for split, pairs in paired.items():
         for stem in pairs:
             seen.setdefault(stem, []).append(split)
-    return {stem: splits for stem, splits in seen.items()
-            if len(splits) > 1}
+    return {stem: splits for stem, splits in seen.items() if len(splits) > 1}
 
 
 def main(argv=None):
@@ -182,17 +186,19 @@ def main(argv=None):
         parser.error(f'no ISIC-2018 Task 1 split found in {args.download_dir}')
     shared = shared_ids(paired)
     if shared:
-        shown = '; '.join(f'{stem} in {" and ".join(splits)}' for stem,
-                          splits in sorted(shared.items())[:5])
+        shown = '; '.join(f'{stem} in {" and ".join(splits)}'
+                          for stem, splits in sorted(shared.items())[:5])
         parser.error(f'{len(shared)} image ids are in more than one split '
                      f'of {args.download_dir} ({shown}): a sample in two '
                      f'splits leaks training data into evaluation; remove '
                      f'the extra copies')
     for split in absent:
         # Mirror the download: a split it lacks has no output either.
-        removed = [osp.join(args.out_dir, sub, split)
-                   for sub in ('images', 'annotations')
-                   if osp.lexists(osp.join(args.out_dir, sub, split))]
+        removed = [
+            osp.join(args.out_dir, sub, split)
+            for sub in ('images', 'annotations')
+            if osp.lexists(osp.join(args.out_dir, sub, split))
+        ]
         for path in removed:
             remove_entry(path)
         if removed:

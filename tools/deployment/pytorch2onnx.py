@@ -17,18 +17,12 @@ backbone, or use mmdeploy, which rewrites those ops.
 Needs ``onnx`` and ``onnxscript`` (``--verify``: ``onnxruntime``).
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from mmhgw.analysis.tracing import TensorModeModel, check_shape  # noqa: E402
-from mmhgw.deployment import (NotExportableError, export_onnx,  # noqa: E402
-                              run_onnx)
-from mmhgw.testing import build_model_for_test, load_config_for_test  # noqa
+from mmhgw.analysis.tracing import TensorModeModel, check_shape
+from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.deployment import NotExportableError, export_onnx, run_onnx
 
 
 def parse_args(argv=None):
@@ -36,20 +30,23 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('config', help='config file (or pkg::path)')
     parser.add_argument('--out', required=True, help='ONNX file to write')
-    parser.add_argument('--checkpoint', help='weights to export (default: '
-                        'the initialised weights, for trying the export)')
+    parser.add_argument(
+        '--checkpoint', help='weights to export (default: '
+        'the initialised weights, for trying the export)')
     parser.add_argument('--shape', type=int, nargs='+', default=[800, 1333],
                         help='input height and width (one value: square)')
     parser.add_argument('--opset', type=int, default=17,
                         help='ONNX opset (>= 17)')
     parser.add_argument('--backbone-only', action='store_true',
                         help='export model.backbone only')
-    parser.add_argument('--verify', action='store_true',
-                        help='run the file with onnxruntime and compare '
-                        'with PyTorch')
-    parser.add_argument('--tolerance', type=float, default=1e-3,
-                        help='--verify: largest difference allowed, '
-                        'relative to the largest output magnitude')
+    parser.add_argument(
+        '--verify', action='store_true',
+        help='run the file with onnxruntime and compare '
+        'with PyTorch')
+    parser.add_argument(
+        '--tolerance', type=float, default=1e-3,
+        help='--verify: largest difference allowed, '
+        'relative to the largest output magnitude')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     return parser.parse_args(argv)
@@ -57,21 +54,21 @@ def parse_args(argv=None):
 
 def build(args, shape):
     """The module to export and its example input."""
-    cfg = load_config_for_test(args.config)
+    cfg = load_offline_config(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
     scope = cfg.get('default_scope')
     if scope not in ('mmdet', 'mmseg'):
         raise ValueError(f'{args.config}: default_scope must be mmdet or '
                          f'mmseg, got {scope!r}')
-    model = build_model_for_test(cfg, init=args.checkpoint is None)
+    model = build_config_model(cfg, init=args.checkpoint is None)
     if args.checkpoint:
         from mmengine.runner import load_checkpoint
         load_checkpoint(model, args.checkpoint, map_location='cpu',
                         strict=True, logger='silent')
     model.eval()  # stock ResNet.train() returns None: no chaining
-    module = (model.backbone if args.backbone_only else
-              TensorModeModel(model, scope, shape))
+    module = (model.backbone if args.backbone_only else TensorModeModel(
+        model, scope, shape))
     return module, torch.randn(1, 3, *shape)
 
 

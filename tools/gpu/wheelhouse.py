@@ -52,23 +52,21 @@ IMAGE_LIST = osp.join(ROOT, 'tools', 'gpu', 'image_packages.txt')
 CONSTRAINTS = osp.join(ROOT, 'tools', 'gpu', 'constraints.txt')
 #: Requirement files whose packages the GPU run needs (torch.txt's torch is
 #: the image's own).
-REQUIREMENT_FILES = ('torch', 'build', 'mmcv', 'runtime', 'tests',
-                     'pretrain')
+REQUIREMENT_FILES = ('torch', 'build', 'mmcv', 'runtime', 'tests', 'pretrain')
 
 PYTHON = (3, 12)
 #: The image's torch is a manylinux_2_28 wheel, so its glibc is 2.28 or
 #: newer; wheels for a newer glibc are not carried.
 MAX_GLIBC_MINOR = 28
-PLATFORMS = ([f'manylinux_2_{n}_x86_64'
-              for n in range(MAX_GLIBC_MINOR, 4, -1)] +
-             ['manylinux2014_x86_64', 'manylinux2010_x86_64',
-              'manylinux1_x86_64'])
-MARKER_ENV = dict(
-    python_version='3.12', python_full_version='3.12.3',
-    implementation_name='cpython', implementation_version='3.12.3',
-    platform_python_implementation='CPython', sys_platform='linux',
-    platform_system='Linux', platform_machine='x86_64', os_name='posix',
-    extra='')
+PLATFORMS = (
+    [f'manylinux_2_{n}_x86_64' for n in range(MAX_GLIBC_MINOR, 4, -1)] +
+    ['manylinux2014_x86_64', 'manylinux2010_x86_64', 'manylinux1_x86_64'])
+MARKER_ENV = dict(python_version='3.12', python_full_version='3.12.3',
+                  implementation_name='cpython',
+                  implementation_version='3.12.3',
+                  platform_python_implementation='CPython',
+                  sys_platform='linux', platform_system='Linux',
+                  platform_machine='x86_64', os_name='posix', extra='')
 
 #: Carried although the image has the package: the reason.
 CARRIED_OVER_IMAGE = {
@@ -119,9 +117,8 @@ def applies(req):
 
 def target_tags():
     """Every wheel tag CPython 3.12 on the image accepts."""
-    return (set(tags.cpython_tags(PYTHON, abis=['cp312'],
-                                  platforms=PLATFORMS)) |
-            set(tags.compatible_tags(PYTHON, 'cp312', PLATFORMS)))
+    return (set(tags.cpython_tags(PYTHON, abis=['cp312'], platforms=PLATFORMS))
+            | set(tags.compatible_tags(PYTHON, 'cp312', PLATFORMS)))
 
 
 # -- reading distributions --------------------------------------------------
@@ -129,8 +126,10 @@ def target_tags():
 
 def wheel_metadata(path):
     with zipfile.ZipFile(path) as zf:
-        names = [n for n in zf.namelist()
-                 if re.fullmatch(r'[^/]+\.dist-info/METADATA', n)]
+        names = [
+            n for n in zf.namelist()
+            if re.fullmatch(r'[^/]+\.dist-info/METADATA', n)
+        ]
         if len(names) != 1:
             raise WheelhouseError(f'{path}: expected one .dist-info/METADATA,'
                                   f' found {len(names)}')
@@ -152,8 +151,8 @@ def egg_info_requires(text):
             continue
         if marker == 'skip':
             continue
-        reqs.append(Requirement(line if marker is None else
-                                f'{line}; {marker}'))
+        reqs.append(
+            Requirement(line if marker is None else f'{line}; {marker}'))
     return reqs
 
 
@@ -166,14 +165,16 @@ class Dist:
         if self.file.endswith('.whl'):
             name, version, _, self.tags = parse_wheel_filename(self.file)
             meta = wheel_metadata(path)
-            self.requires = [Requirement(r) for r in
-                             meta.get_all('Requires-Dist') or []]
+            self.requires = [
+                Requirement(r) for r in meta.get_all('Requires-Dist') or []
+            ]
         else:
             name, version = parse_sdist_filename(self.file)
             self.tags = None
             with tarfile.open(path) as tf:
-                member = next((m for m in tf.getmembers() if m.name.endswith(
-                    '.egg-info/requires.txt')), None)
+                member = next((m for m in tf.getmembers()
+                               if m.name.endswith('.egg-info/requires.txt')),
+                              None)
                 text = (tf.extractfile(member).read().decode()
                         if member else '')
             self.requires = egg_info_requires(text)
@@ -189,12 +190,16 @@ class Dist:
 
 def carried(dest):
     """The carried files of ``dest``: wheels and ``src/`` sdists."""
-    paths = [osp.join(dest, f) for f in sorted(os.listdir(dest))
-             if f.endswith('.whl')]
+    paths = [
+        osp.join(dest, f) for f in sorted(os.listdir(dest))
+        if f.endswith('.whl')
+    ]
     src = osp.join(dest, 'src')
     if osp.isdir(src):
-        paths += [osp.join(src, f) for f in sorted(os.listdir(src))
-                  if f.endswith('.tar.gz')]
+        paths += [
+            osp.join(src, f) for f in sorted(os.listdir(src))
+            if f.endswith('.tar.gz')
+        ]
     return [Dist(p) for p in paths]
 
 
@@ -238,12 +243,12 @@ def check(dest, image, max_bytes):
                                     f'{version}')
             elif name in image:
                 version = image[name]
-                if req.specifier and (version is None or not
-                                      req.specifier.contains(
+                if req.specifier and (version is None
+                                      or not req.specifier.contains(
                                           version, prereleases=True)):
-                    left_to_image.append(dict(required_by=d.file,
-                                              requirement=str(req),
-                                              image=version))
+                    left_to_image.append(
+                        dict(required_by=d.file, requirement=str(req),
+                             image=version))
             else:
                 problems.append(f'{d.file} requires {req}: neither carried '
                                 f'nor on the image')
@@ -278,8 +283,10 @@ def import_check(dest, python, image):
     :data:`IMPORT_CHECK_IMAGE`, and import each carried module. Returns
     ``(imported, skipped, failures)``; a module that stops at an image
     package not emulated here (torch, cv2, ...) is skipped, naming it."""
-    out = subprocess.run([python, '-c', 'import sys; print(sys.version_info'
-                          '[:2] == (3, 12))'], capture_output=True, text=True)
+    out = subprocess.run([
+        python, '-c', 'import sys; print(sys.version_info'
+        '[:2] == (3, 12))'
+    ], capture_output=True, text=True)
     if out.stdout.strip() != 'True':
         raise WheelhouseError(f'--python {python}: not a CPython 3.12 '
                               f'({out.stderr.strip() or out.stdout.strip()})')
@@ -288,28 +295,33 @@ def import_check(dest, python, image):
     try:
         site = osp.join(scratch, 'site')
         image_site = osp.join(scratch, 'image')
-        pip = [python, '-m', 'pip', 'install', '-q', '--no-deps',
-               '--no-compile', '--disable-pip-version-check']
-        subprocess.run(pip + ['--no-index', '--target', site] +
-                       [d.path for d in wheels], check=True)
-        pins = [f'{n}=={image[n]}' if image.get(n) else n
-                for n in IMPORT_CHECK_IMAGE]
-        subprocess.run(pip + ['--only-binary=:all:', '--target', image_site] +
-                       pins, check=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([site,
-                                                           image_site]))
+        pip = [
+            python, '-m', 'pip', 'install', '-q', '--no-deps', '--no-compile',
+            '--disable-pip-version-check'
+        ]
+        subprocess.run(
+            pip + ['--no-index', '--target', site] + [d.path for d in wheels],
+            check=True)
+        pins = [
+            f'{n}=={image[n]}' if image.get(n) else n
+            for n in IMPORT_CHECK_IMAGE
+        ]
+        subprocess.run(
+            pip + ['--only-binary=:all:', '--target', image_site] + pins,
+            check=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([site, image_site]))
         imported, skipped, failures = [], [], []
         for d in wheels:
             for module in top_level_modules(d):
-                done = subprocess.run(
-                    [python, '-c', f'import {module}'], env=env, cwd=scratch,
-                    capture_output=True, text=True)
-                missing = re.search(r"No module named '([^'.]+)",
-                                    done.stderr)
+                done = subprocess.run([python, '-c', f'import {module}'],
+                                      env=env, cwd=scratch,
+                                      capture_output=True, text=True)
+                missing = re.search(r"No module named '([^'.]+)", done.stderr)
                 if done.returncode == 0:
                     imported.append(module)
                 elif missing and canonicalize_name(
-                        missing.group(1)) not in {d.name for d in wheels}:
+                        missing.group(1)) not in {d.name
+                                                  for d in wheels}:
                     skipped.append(f'{module} (needs {missing.group(1)})')
                 else:
                     failures.append(f'{module} ({d.file}): ' +
@@ -323,16 +335,20 @@ def import_check(dest, python, image):
 
 
 def pip_download(req, into, source):
-    cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps',
-           '--disable-pip-version-check', '-q', '-d', into]
+    cmd = [
+        sys.executable, '-m', 'pip', 'download', '--no-deps',
+        '--disable-pip-version-check', '-q', '-d', into
+    ]
     if source:
         # The sdist's metadata is prepared with the build requirements
         # already installed here (mmcv's setup.py imports pkg_resources).
         cmd += ['--no-binary=:all:', '--no-build-isolation']
     else:
-        cmd += ['--only-binary=:all:', '--implementation', 'cp',
-                '--python-version', '.'.join(map(str, PYTHON)), '--abi',
-                'cp312', '--abi', 'abi3', '--abi', 'none']
+        cmd += [
+            '--only-binary=:all:', '--implementation', 'cp',
+            '--python-version', '.'.join(map(str, PYTHON)), '--abi', 'cp312',
+            '--abi', 'abi3', '--abi', 'none'
+        ]
         for platform in PLATFORMS:
             cmd += ['--platform', platform]
     done = subprocess.run(cmd + [str(req)], capture_output=True, text=True)
@@ -349,13 +365,14 @@ def pure_wheel_from_sdist(req, into):
     if sdist is None:
         raise WheelhouseError(f'{req}: no wheel for CPython 3.12 and no '
                               f'sdist ({err[-400:]})')
-    subprocess.run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '-q',
-                    '--disable-pip-version-check', '-w', into, sdist],
-                   check=True)
+    subprocess.run([
+        sys.executable, '-m', 'pip', 'wheel', '--no-deps', '-q',
+        '--disable-pip-version-check', '-w', into, sdist
+    ], check=True)
     wheels = [f for f in os.listdir(into) if f.endswith('.whl')]
     tag_sets = [parse_wheel_filename(f)[3] for f in wheels]
-    if len(wheels) != 1 or not all(t.platform == 'any' and
-                                   t.abi == 'none' for t in tag_sets[0]):
+    if len(wheels) != 1 or not all(t.platform == 'any' and t.abi == 'none'
+                                   for t in tag_sets[0]):
         raise WheelhouseError(f'{req}: no wheel for CPython 3.12, and its '
                               f'sdist builds {wheels}, not one pure-Python '
                               f'wheel')
@@ -411,17 +428,16 @@ def resolve(dest, image, roots, constraints):
             name = PROVIDED_BY.get(name, name)
             if name in image and name not in CARRIED_OVER_IMAGE:
                 version = image[name]
-                if req.specifier and (version is None or not
-                                      req.specifier.contains(
+                if req.specifier and (version is None
+                                      or not req.specifier.contains(
                                           version, prereleases=True)):
-                    left_to_image.append(dict(required_by=origin,
-                                              requirement=str(req),
-                                              image=version))
+                    left_to_image.append(
+                        dict(required_by=origin, requirement=str(req),
+                             image=version))
                 continue
             if name in chosen:
                 dist, origins = chosen[name]
-                if not req.specifier.contains(dist.version,
-                                              prereleases=True):
+                if not req.specifier.contains(dist.version, prereleases=True):
                     raise WheelhouseError(
                         f'{origin} requires {req}, but {dist.file} was '
                         f'chosen for {", ".join(origins)}')
@@ -446,26 +462,27 @@ def project_roots():
 
 def build(dest, image, max_bytes):
     os.makedirs(dest, exist_ok=True)
-    constraints = {canonicalize_name(r.name): r
-                   for r in read_requirement_file(CONSTRAINTS)}
-    chosen, left_to_image = resolve(dest, image, project_roots(),
-                                    constraints)
+    constraints = {
+        canonicalize_name(r.name): r
+        for r in read_requirement_file(CONSTRAINTS)
+    }
+    chosen, left_to_image = resolve(dest, image, project_roots(), constraints)
     keep = {d.path for d, _ in chosen.values()}
     for d in carried(dest):
         if d.path not in keep:
             print(f'  - {d.file} (no longer needed)')
             os.remove(d.path)
-    files = [dict(file=osp.relpath(d.path, dest), name=d.name,
-                  version=str(d.version), bytes=osp.getsize(d.path),
-                  sha256=d.sha256(), required_by=sorted(set(origins)))
-             for d, origins in sorted(chosen.values(),
-                                      key=lambda x: x[0].name)]
-    manifest = dict(
-        python='.'.join(map(str, PYTHON)), platforms=PLATFORMS,
-        image_list=osp.relpath(IMAGE_LIST, ROOT),
-        carried_over_image=CARRIED_OVER_IMAGE,
-        left_to_image=left_to_image, files=files,
-        total_bytes=sum(f['bytes'] for f in files))
+    files = [
+        dict(file=osp.relpath(d.path, dest), name=d.name,
+             version=str(d.version), bytes=osp.getsize(d.path),
+             sha256=d.sha256(), required_by=sorted(set(origins)))
+        for d, origins in sorted(chosen.values(), key=lambda x: x[0].name)
+    ]
+    manifest = dict(python='.'.join(map(str, PYTHON)), platforms=PLATFORMS,
+                    image_list=osp.relpath(IMAGE_LIST, ROOT),
+                    carried_over_image=CARRIED_OVER_IMAGE,
+                    left_to_image=left_to_image, files=files,
+                    total_bytes=sum(f['bytes'] for f in files))
     with open(osp.join(dest, 'MANIFEST.json'), 'w') as f:
         json.dump(manifest, f, indent=1)
     return manifest
@@ -477,9 +494,9 @@ def main(argv=None):
     parser.add_argument('--max-mib', type=float, default=60)
     parser.add_argument('--check', action='store_true',
                         help='check the folder only; download nothing')
-    parser.add_argument('--python',
-                        help='a CPython 3.12 to install and import the set '
-                        'with (scratch --target, --no-index)')
+    parser.add_argument(
+        '--python', help='a CPython 3.12 to install and import the set '
+        'with (scratch --target, --no-index)')
     args = parser.parse_args(argv)
     image = read_image_packages()
     max_bytes = int(args.max_mib * 2**20)
@@ -498,8 +515,8 @@ def main(argv=None):
                   f'({item["required_by"]}; image: '
                   f'{item["image"] or "version not known"})')
         if args.python and not problems:
-            imported, skipped, failures = import_check(args.dest,
-                                                       args.python, image)
+            imported, skipped, failures = import_check(args.dest, args.python,
+                                                       image)
             print(f'imported with {args.python}: '
                   f'{", ".join(sorted(set(imported)))}')
             if skipped:
@@ -508,8 +525,9 @@ def main(argv=None):
     except WheelhouseError as err:
         parser.exit(1, f'error: {err}\n')
     if problems:
-        parser.exit(1, 'wheelhouse incomplete:\n' +
-                    ''.join(f'  {p}\n' for p in problems))
+        parser.exit(
+            1,
+            'wheelhouse incomplete:\n' + ''.join(f'  {p}\n' for p in problems))
     print(f'wheelhouse complete: {args.dest}')
 
 

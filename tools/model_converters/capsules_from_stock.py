@@ -32,6 +32,7 @@ model from a whole model (``load_from=OUT``, or ``init_cfg`` with
 layer, stock BN) and after fitting, and stored in ``OUT['meta']``.
 """
 import argparse
+import contextlib
 import copy
 import glob
 import os
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import cv2
 import numpy as np
@@ -48,18 +49,29 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
-import mmhgw  # noqa: E402,F401  (registration)
-from mmhgw.config_utils import merge_cfg_options  # noqa: E402
-from mmhgw.engine.checkpoint import load_checkpoint_file  # noqa: E402
-from mmhgw.models import HGWCaps  # noqa: E402
-from mmhgw.testing import (build_model_for_test,  # noqa: E402
-                           load_config_for_test, progress)
+import mmhgw  # noqa: F401  (registration)
+from mmhgw.config_utils import (build_config_model, load_offline_config,
+                                merge_cfg_options)
+from mmhgw.engine.checkpoint import load_checkpoint_file
+from mmhgw.models import HGWCaps
+from mmhgw.models.backbones.capsule_swap import CAPSULE_NORM_PREFIX
 
 IMAGE_EXTS = ('.jpg', '.jpeg', '.png', '.bmp')
-#: Name prefix of a norm layer renewed after a capsule layer.
-RENEWED_NORM_PREFIX = 'hgw_'
+
+
+@contextlib.contextmanager
+def progress(total: int) -> Iterator[Callable[[], None]]:
+    """Yields ``step()``, which advances mmengine's progress bar over
+    ``total`` steps when stdout is a terminal and does nothing otherwise:
+    the bar redraws itself with carriage returns, which pile up in a log
+    file."""
+    if not sys.stdout.isatty():
+        yield lambda: None
+        return
+    from mmengine.utils import ProgressBar
+    bar = ProgressBar(total, file=sys.stdout)
+    yield bar.update
+    sys.stdout.write('\n')
 
 
 class ConvertError(Exception):
@@ -118,11 +130,12 @@ class CapsuleSite:
         # Backbones that renew the norm after a capsule layer name it
         # ``hgw_<stock name>``; SRC has it under the stock name.
         stock_attr = self.norm_attr or ''
-        if stock_attr.startswith(RENEWED_NORM_PREFIX):
-            stock_attr = stock_attr[len(RENEWED_NORM_PREFIX):]
+        if stock_attr.startswith(CAPSULE_NORM_PREFIX):
+            stock_attr = stock_attr[len(CAPSULE_NORM_PREFIX):]
         head = f'{parent_name}.' if parent_name else ''
-        self.norm_renames = {f'{head}{self.norm_attr}.':
-                             f'{head}{stock_attr}.'} if self.norm else {}
+        self.norm_renames = {
+            f'{head}{self.norm_attr}.': f'{head}{stock_attr}.'
+        } if self.norm else {}
 
     def _norm_attr(self) -> Optional[str]:
         # mmcv ConvModule: conv -> norm (its ``norm_name``).
@@ -252,9 +265,9 @@ def match_source(model: nn.Module, sites: List[CapsuleSite],
             return scope, src_prefix
         report.append(
             f'as the {scope or "whole model"}: {len(missing)} of '
-            f'{len(want)} keys missing (e.g. {", ".join(missing[:3])})'
-            + (f', {len(wrong)} of other shape (e.g. {wrong[0]})'
-               if wrong else ''))
+            f'{len(want)} keys missing (e.g. {", ".join(missing[:3])})' +
+            (f', {len(wrong)} of other shape (e.g. {wrong[0]})'
+             if wrong else ''))
     raise ConvertError(
         f'SRC: {src} is not a checkpoint of the stock counterpart of '
         f'{config}: ' + '; '.join(report))
@@ -280,9 +293,9 @@ def load_images(folder: str, count: int, size: Tuple[int, int],
     [N, 3, H, W]."""
     if not osp.isdir(folder):
         raise ConvertError(f'--images: no such folder: {folder}')
-    paths = sorted(p for p in glob.glob(osp.join(folder, '**', '*'),
-                                        recursive=True)
-                   if p.lower().endswith(IMAGE_EXTS))
+    paths = sorted(
+        p for p in glob.glob(osp.join(folder, '**', '*'), recursive=True)
+        if p.lower().endswith(IMAGE_EXTS))
     if not paths:
         raise ConvertError(f'--images: no {"/".join(IMAGE_EXTS)} images '
                            f'under {folder}')
@@ -306,8 +319,9 @@ def normalizer(model: nn.Module):
     dp = getattr(model, 'data_preprocessor', None)
     mean = getattr(dp, 'mean', None)
     std = getattr(dp, 'std', None)
-    to_rgb = any(bool(getattr(dp, name, False)) for name in (
-        '_channel_conversion', 'channel_conversion', 'to_rgb'))
+    to_rgb = any(
+        bool(getattr(dp, name, False))
+        for name in ('_channel_conversion', 'channel_conversion', 'to_rgb'))
     enabled = getattr(dp, '_enable_normalize', mean is not None)
 
     def apply(batch: torch.Tensor) -> torch.Tensor:
@@ -323,8 +337,8 @@ def normalizer(model: nn.Module):
 
 
 # -------------------------------------------------------------------- fitting
-def relative_error(site: CapsuleSite, inputs: torch.Tensor,
-                   batch_size: int, device) -> float:
+def relative_error(site: CapsuleSite, inputs: torch.Tensor, batch_size: int,
+                   device) -> float:
     num = den = 0.0
     with torch.no_grad():
         for i in range(0, len(inputs), batch_size):
@@ -335,8 +349,7 @@ def relative_error(site: CapsuleSite, inputs: torch.Tensor,
     return (num / max(den, 1e-30))**0.5
 
 
-def fit_norm(site: CapsuleSite, inputs: torch.Tensor, batch_size: int,
-             device):
+def fit_norm(site: CapsuleSite, inputs: torch.Tensor, batch_size: int, device):
     """Fit the BN after the capsule layer in closed form: per channel, the
     least-squares affine map from the capsule output ``z`` to the stock
     output ``y`` (``a = cov(z, y) / var(z)``, ``b = E[y] - a E[z]``), with
@@ -393,8 +406,7 @@ def fit_site(site: CapsuleSite, inputs: torch.Tensor, steps: int,
     gen = torch.Generator().manual_seed(seed)
     with progress(steps) as step:
         for _ in range(steps):
-            idx = torch.randint(len(inputs),
-                                (min(batch_size, len(inputs)), ),
+            idx = torch.randint(len(inputs), (min(batch_size, len(inputs)), ),
                                 generator=gen)
             x = inputs[idx].to(device)
             with torch.no_grad():
@@ -410,17 +422,18 @@ def fit_site(site: CapsuleSite, inputs: torch.Tensor, steps: int,
     fit_norm(site, inputs, batch_size, device)
 
 
-def capture_inputs(model, forward, sites: List[CapsuleSite], images,
-                   normalize, batch_size: int, device) -> Dict[str, list]:
+def capture_inputs(model, forward, sites: List[CapsuleSite], images, normalize,
+                   batch_size: int, device) -> Dict[str, list]:
     """Inputs of ``sites`` (running as stock convolutions) over all images."""
     cache = {s.name: [] for s in sites}
-    handles = [
-        s.conv.register_forward_hook(
-            lambda mod, args, out, name=s.name: cache[name].append(
-                args[0].detach().cpu())) for s in sites
-    ]
-    with torch.no_grad(), progress(
-            (len(images) + batch_size - 1) // batch_size) as step:
+
+    def keep_input(name):
+        return lambda mod, args, out: cache[name].append(args[0].detach().cpu(
+        ))
+
+    handles = [s.conv.register_forward_hook(keep_input(s.name)) for s in sites]
+    batches = (len(images) + batch_size - 1) // batch_size
+    with torch.no_grad(), progress(batches) as step:
         for i in range(0, len(images), batch_size):
             forward(normalize(images[i:i + batch_size]).to(device))
             step()
@@ -447,14 +460,16 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
                            f'up to 32)')
     torch.manual_seed(seed)
     state = read_state_dict(src)
-    cfg = load_config_for_test(config)
+    cfg = load_offline_config(config)
     try:
         merge_cfg_options(cfg, cfg_options)
     except ValueError as e:
         raise ConvertError(str(e))
-    model = build_model_for_test(cfg, init=True)
-    sites = [CapsuleSite(model, name, m) for name, m in model.named_modules()
-             if isinstance(m, HGWCaps)]
+    model = build_config_model(cfg, init=True)
+    sites = [
+        CapsuleSite(model, name, m) for name, m in model.named_modules()
+        if isinstance(m, HGWCaps)
+    ]
     if not sites:
         raise ConvertError(f'CONFIG: {config} builds no HGW capsule layer')
     scope, src_prefix = match_source(model, sites, state, src, config)
@@ -463,9 +478,11 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
     # Copy every stock layer (the capsule layers' BNs included).
     own = model.state_dict()
     stock_key = stock_key_mapper(sites)
-    src_key = {k: src_prefix + stock_key(k)[len(head):] for k in own
-               if k.startswith(head)
-               and not any(k.startswith(c + '.') for c in caps_names)}
+    src_key = {
+        k: src_prefix + stock_key(k)[len(head):]
+        for k in own if k.startswith(head) and not any(
+            k.startswith(c + '.') for c in caps_names)
+    }
     loaded = {k: state[v] for k, v in src_key.items() if v in state}
     model.load_state_dict(loaded, strict=False)
     outside = [s.name for s in sites if not s.name.startswith(head)]
@@ -495,9 +512,11 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
     for site in sites:
         site.use_stock()
     order = []
-    hooks = [s.conv.register_forward_hook(
-        lambda *_, name=s.name: order.append(name) if name not in order
-        else None) for s in sites]
+    hooks = [
+        s.conv.register_forward_hook(lambda *_, name=s.name: order.append(name)
+                                     if name not in order else None)
+        for s in sites
+    ]
     with torch.no_grad():
         forward(normalize(batch[:1]).to(device))
     for h in hooks:
@@ -531,21 +550,20 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
     target = model.get_submodule(scope) if scope else model
     out_state = OrderedDict(
         (k, v.detach().cpu()) for k, v in target.state_dict().items())
-    meta = dict(
-        source=osp.abspath(src), config=osp.abspath(config),
-        scope=scope or 'model', converter='capsules_from_stock',
-        mmhgw_version=mmhgw.__version__, images=source_images,
-        num_images=len(batch), img_size=list(img_size), steps=steps,
-        lr=lr, seed=seed, relative_error=dict(errors))
+    meta = dict(source=osp.abspath(src), config=osp.abspath(config),
+                scope=scope or 'model', converter='capsules_from_stock',
+                mmhgw_version=mmhgw.__version__, images=source_images,
+                num_images=len(batch), img_size=list(img_size), steps=steps,
+                lr=lr, seed=seed, relative_error=dict(errors))
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     torch.save(dict(state_dict=out_state, meta=meta), out)
     print('\nlayer                                     before    after')
     for name, err in errors.items():
         print(f'{name:40s} {err["before"]:8.4f} {err["after"]:8.4f}')
-    print(f'saved {out} ({scope or "whole model"}; load it with '
-          + ('model.backbone.init_cfg=dict(type="Pretrained", '
-             f'checkpoint="{out}")' if scope == 'backbone' else
-             f'load_from="{out}"') + ')')
+    print(f'saved {out} ({scope or "whole model"}; load it with ' +
+          ('model.backbone.init_cfg=dict(type="Pretrained", '
+           f'checkpoint="{out}")' if scope ==
+           'backbone' else f'load_from="{out}"') + ')')
     return errors
 
 
@@ -556,8 +574,9 @@ def parse_args(argv=None):
     parser.add_argument('src', help='checkpoint of the stock model')
     parser.add_argument('config', help='the HGWCaps config to convert for')
     parser.add_argument('out', help='where to write the HGWCaps checkpoint')
-    parser.add_argument('--images', help='folder of unlabeled images '
-                        '(default: the built-in generated sets)')
+    parser.add_argument(
+        '--images', help='folder of unlabeled images '
+        '(default: the built-in generated sets)')
     parser.add_argument('--num-images', type=int, default=256)
     parser.add_argument('--img-size', type=int, nargs=2, default=(128, 160),
                         metavar=('H', 'W'))

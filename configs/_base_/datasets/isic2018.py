@@ -24,24 +24,16 @@ test_pipeline = [
     dict(type='PackSegInputs')
 ]
 train_dataloader = dict(
-    batch_size=4,
-    num_workers=4,
-    persistent_workers=True,
-    sampler=dict(type='InfiniteSampler', shuffle=True),
-    dataset=dict(
-        type=dataset_type,
-        data_root=data_root,
+    batch_size=4, num_workers=4, persistent_workers=True,
+    sampler=dict(type='InfiniteSampler', shuffle=True), dataset=dict(
+        type=dataset_type, data_root=data_root,
         data_prefix=dict(img_path='images/train',
                          seg_map_path='annotations/train'),
         pipeline=train_pipeline))
 val_dataloader = dict(
-    batch_size=1,
-    num_workers=4,
-    persistent_workers=True,
-    sampler=dict(type='DefaultSampler', shuffle=False),
-    dataset=dict(
-        type=dataset_type,
-        data_root=data_root,
+    batch_size=1, num_workers=4, persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=False), dataset=dict(
+        type=dataset_type, data_root=data_root,
         data_prefix=dict(img_path='images/val',
                          seg_map_path='annotations/val'),
         pipeline=test_pipeline))

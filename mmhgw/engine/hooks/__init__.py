@@ -7,6 +7,6 @@ from .rng_state import RNGStateHook
 
 __all__ = [
     'CheckpointFitHook', 'HGWBetaWarmupHook', 'HGWLossScaleHook',
-    'NonFiniteGuardHook', 'RankConsistencyHook', 'RNGStateHook',
-    'hgw_modules', 'loss_factor'
+    'NonFiniteGuardHook', 'RankConsistencyHook', 'RNGStateHook', 'hgw_modules',
+    'loss_factor'
 ]

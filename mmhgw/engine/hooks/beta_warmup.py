@@ -41,8 +41,7 @@ class HGWBetaWarmupHook(Hook):
     priority = 'NORMAL'
 
     def __init__(self, warmup_iters: int = 1000,
-                 final_beta: Optional[float] = None,
-                 log_stats: bool = True):
+                 final_beta: Optional[float] = None, log_stats: bool = True):
         if warmup_iters < 0:
             raise ValueError(f'warmup_iters must be >= 0, got {warmup_iters}')
         if final_beta is not None and not 0 <= final_beta <= 1:

@@ -19,9 +19,10 @@ class CheckpointMismatch(RuntimeError):
     """A checkpoint whose weights do not fit the model."""
 
 
-def checkpoint_fit(model: torch.nn.Module, state_dict: Mapping,
-                   revise_keys: Sequence[Tuple[str, str]] = REVISE_KEYS
-                   ) -> Tuple[List[str], List[str], List[str]]:
+def checkpoint_fit(
+    model: torch.nn.Module, state_dict: Mapping,
+    revise_keys: Sequence[Tuple[str, str]] = REVISE_KEYS
+) -> Tuple[List[str], List[str], List[str]]:
     """How ``state_dict`` fits ``model``, key by key, as mmengine's loading
     would see it (``revise_keys`` applied to the checkpoint's keys).
 
@@ -38,14 +39,15 @@ def checkpoint_fit(model: torch.nn.Module, state_dict: Mapping,
             key = re.sub(pattern, replacement, key)
         revised[key] = value
     own = model.state_dict()
-    missing = [k for k in own if k not in revised
-               and not k.endswith('num_batches_tracked')]
+    missing = [
+        k for k in own
+        if k not in revised and not k.endswith('num_batches_tracked')
+    ]
     unexpected = [k for k in revised if k not in own]
     mismatched = [
         f'{k}: {tuple(revised[k].shape)} in the checkpoint vs '
-        f'{tuple(own[k].shape)} in the model' for k in own
-        if k in revised and torch.is_tensor(revised[k])
-        and revised[k].shape != own[k].shape
+        f'{tuple(own[k].shape)} in the model' for k in own if k in revised
+        and torch.is_tensor(revised[k]) and revised[k].shape != own[k].shape
     ]
     return missing, unexpected, mismatched
 
@@ -53,8 +55,8 @@ def checkpoint_fit(model: torch.nn.Module, state_dict: Mapping,
 def describe_misfit(missing, unexpected, mismatched) -> str:
     """The keys of :func:`checkpoint_fit`, a few of each kind."""
     parts = []
-    for what, keys in (('model weights it does not hold', missing),
-                       ('keys the model does not have', unexpected),
+    for what, keys in (('model weights it does not hold',
+                        missing), ('keys the model does not have', unexpected),
                        ('weights of another shape', mismatched)):
         if keys:
             shown = '; '.join(keys[:MAX_NAMED])
@@ -87,8 +89,8 @@ class CheckpointFitHook(Hook):
     """
     priority = 'VERY_HIGH'
 
-    def __init__(self, checkpoint: Optional[str] = None,
-                 purpose: str = 'test', allow_partial: bool = False):
+    def __init__(self, checkpoint: Optional[str] = None, purpose: str = 'test',
+                 allow_partial: bool = False):
         if purpose not in ('test', 'resume'):
             raise ValueError(f"purpose must be 'test' or 'resume', got "
                              f'{purpose!r}')

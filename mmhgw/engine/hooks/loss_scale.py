@@ -58,10 +58,11 @@ class HGWLossScaleHook(Hook):
                    and not hasattr(optim_wrapper, 'loss_scaler'))
         if isinstance(optim_wrapper, OptimWrapperDict) or unknown:
             if not self._warned:
-                print_log(f'HGWLossScaleHook: cannot read the loss scaling '
-                          f'of {type(optim_wrapper).__name__}; the HGW '
-                          f'regulariser enters the gradient with weight 1',
-                          logger='current', level='WARNING')
+                print_log(
+                    f'HGWLossScaleHook: cannot read the loss scaling '
+                    f'of {type(optim_wrapper).__name__}; the HGW '
+                    f'regulariser enters the gradient with weight 1',
+                    logger='current', level='WARNING')
                 self._warned = True
             factor = 1.0
         else:

@@ -32,12 +32,12 @@ def nested_tensors(obj, prefix: str = ''):
         yield prefix, obj
     elif isinstance(obj, dict):
         for key, value in obj.items():
-            yield from nested_tensors(value, f'{prefix}.{key}'
-                                      if prefix else str(key))
+            yield from nested_tensors(
+                value, f'{prefix}.{key}' if prefix else str(key))
     elif isinstance(obj, (list, tuple)):
         for i, value in enumerate(obj):
-            yield from nested_tensors(value, f'{prefix}.{i}'
-                                      if prefix else str(i))
+            yield from nested_tensors(value,
+                                      f'{prefix}.{i}' if prefix else str(i))
 
 
 def _listing(names: List[str]) -> str:
@@ -113,13 +113,14 @@ class NonFiniteGuardHook(Hook):
                          outputs=None):
         if self.check_loss:
             losses: Dict[str, object] = {
-                k: v for k, v in (outputs or {}).items() if 'loss' in k}
+                k: v
+                for k, v in (outputs or {}).items() if 'loss' in k
+            }
             bad = non_finite_tensors(
                 (k, torch.as_tensor(v, dtype=torch.float64))
                 for k, v in losses.items())
             if self._agree(bool(bad)):
-                values = ', '.join(f'{k}={float(losses[k]):.4g}'
-                                   for k in bad)
+                values = ', '.join(f'{k}={float(losses[k]):.4g}' for k in bad)
                 self._stop(f'non-finite loss at {self._where(runner)}: '
                            f'{values or "on another rank"}')
         if self.param_interval and \

@@ -59,8 +59,9 @@ class RankConsistencyHook(Hook):
                 f'ranks hold different parameters after training: '
                 f'{", ".join(params[:5])} ({len(params)} in all)')
         buffers, _ = self._mismatches(model.named_buffers())
-        print_log(f'parameters identical on {world} ranks ({n_params} '
-                  f'tensors)', logger='current')
+        print_log(
+            f'parameters identical on {world} ranks ({n_params} '
+            f'tensors)', logger='current')
         if buffers:
             print_log(
                 f'{len(buffers)} buffers differ across ranks (e.g. '

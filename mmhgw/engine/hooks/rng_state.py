@@ -23,11 +23,10 @@ def get_rng_state() -> dict:
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = dict(
         python=random.getstate(),
-        numpy=dict(kind=str(kind), keys=torch.from_numpy(
-            keys.astype(np.int64)), pos=int(pos), has_gauss=int(has_gauss),
-                   cached_gaussian=float(gauss)),
-        torch=torch.get_rng_state(),
-        torch_threads=torch.get_num_threads())
+        numpy=dict(kind=str(kind),
+                   keys=torch.from_numpy(keys.astype(np.int64)), pos=int(pos),
+                   has_gauss=int(has_gauss), cached_gaussian=float(gauss)),
+        torch=torch.get_rng_state(), torch_threads=torch.get_num_threads())
     # Only when CUDA is in use: querying it would initialise it.
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state['cuda'] = torch.cuda.get_rng_state_all()
@@ -105,8 +104,7 @@ def check_rng_states(states, world_size: int):
     current = get_rng_state()
     try:
         for rank, state in enumerate(states):
-            set_rng_state(state, f'{CHECKPOINT_KEY}[{rank}]',
-                          set_cuda=False)
+            set_rng_state(state, f'{CHECKPOINT_KEY}[{rank}]', set_cuda=False)
     finally:
         set_rng_state(current, set_cuda=False)
 

@@ -3,7 +3,8 @@
 The stock classes build their layers as usual; these helpers then replace
 chosen 3x3 convolutions by ``HGWCaps`` layers of the same geometry (channels,
 stride, padding, dilation), so every stock argument keeps its meaning and no
-stock code is copied.
+stock code is copied. :class:`CapsuleSwapMixin` gives a capsule backbone the
+weight initialisation and ``train()`` that go with the swap.
 
 The norm layer that follows a replaced convolution is replaced too, by a
 fresh one of the same type, under the name ``hgw_<stock name>`` (e.g.
@@ -35,10 +36,10 @@ def capsule_like(conv: nn.Conv2d, hgw_cfg: Optional[dict]) -> nn.Module:
         raise ValueError(f'only plain (groups=1) Conv2d layers can become '
                          f'HGW capsules, got {conv!r}')
     cfg = copy.deepcopy(DEFAULT_HGW_CFG if hgw_cfg is None else hgw_cfg)
-    return build_conv_layer(
-        cfg, conv.in_channels, conv.out_channels, conv.kernel_size[0],
-        stride=conv.stride[0], padding=conv.padding[0],
-        dilation=conv.dilation[0], bias=conv.bias is not None)
+    return build_conv_layer(cfg, conv.in_channels, conv.out_channels,
+                            conv.kernel_size[0], stride=conv.stride[0],
+                            padding=conv.padding[0], dilation=conv.dilation[0],
+                            bias=conv.bias is not None)
 
 
 def fresh_norm(norm: nn.Module) -> nn.Module:
@@ -131,8 +132,9 @@ def pretrained_keys(init_cfg: dict) -> Optional[Dict[str, Any]]:
     """
     try:
         # logger='silent': the initialiser has logged this load already.
-        checkpoint = CheckpointLoader.load_checkpoint(
-            init_cfg['checkpoint'], map_location='cpu', logger='silent')
+        checkpoint = CheckpointLoader.load_checkpoint(init_cfg['checkpoint'],
+                                                      map_location='cpu',
+                                                      logger='silent')
     except Exception:  # noqa: BLE001  (any failure: keys unknown)
         return None
     if not isinstance(checkpoint, Mapping):
@@ -146,8 +148,10 @@ def pretrained_keys(init_cfg: dict) -> Optional[Dict[str, Any]]:
     else:
         if not prefix.endswith('.'):
             prefix += '.'
-        keys = {k[len(prefix):]: v for k, v in state.items()
-                if k.startswith(prefix)}
+        keys = {
+            k[len(prefix):]: v
+            for k, v in state.items() if k.startswith(prefix)
+        }
     return {k: getattr(v, 'shape', None) for k, v in keys.items()}
 
 
@@ -161,8 +165,8 @@ def unfilled(backbone: nn.Module, names: Sequence[str],
     out = []
     for name in names:
         for key, value in own.items():
-            if key.startswith(name + '.') and (
-                    key not in offered or offered[key] != value.shape):
+            if key.startswith(name + '.') and (key not in offered
+                                               or offered[key] != value.shape):
                 out.append(name)
                 break
     return out
@@ -189,3 +193,59 @@ def report_random_capsules(backbone: nn.Module, swapped: List[str]):
             f'{len(missing)} of the {len(names)} HGW capsule layers and '
             f'norms after them have no counterpart in it and stay '
             f'freshly initialised: {", ".join(missing)}')
+
+
+class CapsuleSwapMixin:
+    """What a stock backbone needs once capsules replaced some of its
+    convolutions: listed before the stock class among the bases, e.g.
+    ``class HGWCapsResNet(CapsuleSwapMixin, ResNet)``.
+
+    The subclass's ``__init__`` calls the stock one, then swaps: a ResNet by
+    :meth:`swap_resnet_stages`, another backbone by :func:`swap_conv_module`
+    and the like, setting ``hgw_layers`` itself. The mixin then extends
+
+    - ``init_weights()``: after the stock initialisation (an ``init_cfg``
+      Pretrained checkpoint included), a warning names the capsule layers
+      and norms the checkpoint left freshly initialised
+      (:func:`report_random_capsules`);
+    - ``train(mode)``: after the stock ``train()``, the norms after capsule
+      layers train also under ``norm_eval=True``, except in frozen stages
+      (:func:`train_capsule_norms`, :meth:`in_frozen_stage`). It returns the
+      module, as ``nn.Module.train`` does.
+    """
+
+    #: Names of the replaced modules, as the swap returns them.
+    hgw_layers: List[str]
+
+    def swap_resnet_stages(self, hgw_cfg: Optional[dict],
+                           stage_with_hgw: Sequence[bool]):
+        """Capsules in ``conv2`` of every block of the stages of a stock
+        ResNet (``res_layers``, ``num_stages`` of them) that
+        ``stage_with_hgw`` flags (:func:`swap_block_convs`); sets
+        ``stage_with_hgw`` and ``hgw_layers``."""
+        check_stage_flags(stage_with_hgw, self.num_stages, 'stage_with_hgw')
+        self.stage_with_hgw = tuple(stage_with_hgw)
+        self.hgw_layers = swap_block_convs(self, self.res_layers,
+                                           stage_with_hgw, hgw_cfg)
+        # The stock constructor froze its stages before the swap: the new
+        # layers of frozen stages are frozen now.
+        self._freeze_stages()
+
+    def in_frozen_stage(self, name: str) -> bool:
+        """Whether the submodule ``name`` lies in a stage the stock backbone
+        freezes: in a ResNet, stage ``i`` (``res_layers[i]``, i.e.
+        ``layer{i+1}``) for ``i < frozen_stages``. Backbones without
+        ``res_layers`` (UNet) freeze no stage."""
+        stages = list(getattr(self, 'res_layers', ()))
+        stage = name.split('.')[0]
+        return stage in stages and stages.index(stage) < self.frozen_stages
+
+    def init_weights(self):
+        super().init_weights()
+        report_random_capsules(self, self.hgw_layers)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if mode and self.norm_eval:
+            train_capsule_norms(self, frozen=self.in_frozen_stage)
+        return self

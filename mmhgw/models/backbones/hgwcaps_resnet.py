@@ -2,12 +2,16 @@
 from typing import Optional, Sequence
 
 from mmhgw.registry import DET_MODELS, SEG_MODELS
-from .capsule_swap import (check_stage_flags, report_random_capsules,
-                           swap_block_convs, train_capsule_norms)
+from .capsule_swap import CapsuleSwapMixin
 
-#: Docstring of the four-stage (ImageNet) capsule ResNets; ``{base}`` is the
-#: stock class's name.
-_RESNET_DOC = """Stock ``{base}`` whose blocks in the stages flagged by
+__all__ = []
+
+if DET_MODELS is not None:
+    from mmdet.models.backbones import ResNet as DetResNet
+
+    @DET_MODELS.register_module()
+    class HGWCapsResNet(CapsuleSwapMixin, DetResNet):
+        """MMDetection's ``ResNet`` whose blocks in the stages flagged by
         ``stage_with_hgw`` use HGW capsules for their 3x3 convolution
         (``conv2`` of Bottleneck and BasicBlock, so depths 18 to 152).
 
@@ -33,82 +37,57 @@ _RESNET_DOC = """Stock ``{base}`` whose blocks in the stages flagged by
         frozen too.
 
         Args:
-            *args: the stock backbone's positional arguments.
+            *args: the stock ``ResNet``'s positional arguments.
             hgw_cfg: config of the capsule layer (``type='HGWCaps'`` and its
                 arguments; geometry comes from the replaced convolution).
+                Default: ``dict(type='HGWCaps')``.
             stage_with_hgw: per stage, whether its blocks get capsules.
-                Default: the last two stages, as the paper.
-            **kwargs: the stock backbone's keyword arguments.
+                Default: ``(False, False, True, True)``, the last two
+                stages, as the paper.
+            **kwargs: the stock ``ResNet``'s keyword arguments.
         """
 
-
-def _with_capsules(base,
-                   name: str,
-                   stage_with_hgw: Sequence[bool] = (False, False, True,
-                                                     True),
-                   doc: str = _RESNET_DOC,
-                   module: Optional[str] = None):
-    """Subclass ``name`` of the stock ResNet ``base`` with HGW capsules.
-
-    Args:
-        base: a ResNet class with ``res_layers`` of ``BasicBlock`` or
-            ``Bottleneck`` stages (mmdet's or mmseg's, or one derived from
-            them).
-        name: the class's name (and qualified name).
-        stage_with_hgw: the default of the class's ``stage_with_hgw``, one
-            flag per stage of ``base``'s default ``num_stages``.
-        doc: the class's docstring; ``{base}`` becomes ``base``'s name.
-        module: the module the class is bound in (default: this one), so
-            that it is found there by name (pickling, documentation).
-    """
-    default_stage_with_hgw = tuple(stage_with_hgw)
-
-    class HGWCapsResNetMixin(base):
-
-        def __init__(self,
-                     *args,
-                     hgw_cfg: Optional[dict] = None,
-                     stage_with_hgw: Sequence[bool] = default_stage_with_hgw,
-                     **kwargs):
+        def __init__(self, *args, hgw_cfg: Optional[dict] = None,
+                     stage_with_hgw: Sequence[bool] = (False, False, True,
+                                                       True), **kwargs):
             super().__init__(*args, **kwargs)
-            check_stage_flags(stage_with_hgw, self.num_stages,
-                              'stage_with_hgw')
-            self.stage_with_hgw = tuple(stage_with_hgw)
-            self.hgw_layers = swap_block_convs(self, self.res_layers,
-                                               stage_with_hgw, hgw_cfg)
-            # The stock constructor froze stages before the swap.
-            self._freeze_stages()
+            self.swap_resnet_stages(hgw_cfg, stage_with_hgw)
 
-        def init_weights(self):
-            super().init_weights()
-            report_random_capsules(self, self.hgw_layers)
-
-        def train(self, mode=True):
-            super().train(mode)
-            if mode and self.norm_eval:
-                # Stage i (layer{i}) is frozen for i <= frozen_stages.
-                train_capsule_norms(
-                    self, frozen=lambda name: self.res_layers.index(
-                        name.split('.')[0]) < self.frozen_stages)
-            return self
-
-    HGWCapsResNetMixin.__doc__ = doc.replace('{base}', base.__name__)
-    HGWCapsResNetMixin.__name__ = HGWCapsResNetMixin.__qualname__ = name
-    if module is not None:
-        HGWCapsResNetMixin.__module__ = module
-    return HGWCapsResNetMixin
-
-
-__all__ = []
-
-if DET_MODELS is not None:
-    from mmdet.models.backbones import ResNet as DetResNet
-    HGWCapsResNet = DET_MODELS.register_module(
-        module=_with_capsules(DetResNet, 'HGWCapsResNet'))
     __all__.append('HGWCapsResNet')
 
 if SEG_MODELS is not None:
     from mmseg.models.backbones import ResNetV1c as SegResNetV1c
-    HGWCapsResNetV1c = SEG_MODELS.register_module(
-        module=_with_capsules(SegResNetV1c, 'HGWCapsResNetV1c'))
+
+    @SEG_MODELS.register_module()
+    class HGWCapsResNetV1c(CapsuleSwapMixin, SegResNetV1c):
+        """MMSegmentation's ``ResNetV1c`` (deep stem, dilated stages) whose
+        blocks in the stages flagged by ``stage_with_hgw`` use HGW capsules
+        for their 3x3 convolution (``conv2``), with the geometry the stock
+        arguments give it (``dilations``, ``multi_grid``,
+        ``contract_dilation``).
+
+        As the stock ``ResNetV1c``, it takes keyword arguments only and
+        fixes ``deep_stem`` and ``avg_down`` itself. Everything else is as
+        in :class:`HGWCapsResNet`: the stock arguments keep their meaning, a
+        plain ``ResNetV1c`` checkpoint fills every non-capsule layer (the
+        rest is named in a warning), and the fresh norm after each capsule
+        layer (``hgw_bn2``) trains also under ``norm_eval=True``, except in
+        frozen stages.
+
+        Args:
+            hgw_cfg: config of the capsule layer (``type='HGWCaps'`` and its
+                arguments; geometry comes from the replaced convolution).
+                Default: ``dict(type='HGWCaps')``.
+            stage_with_hgw: per stage, whether its blocks get capsules.
+                Default: ``(False, False, True, True)``, the last two
+                stages, as the paper.
+            **kwargs: the stock ``ResNetV1c``'s arguments.
+        """
+
+        def __init__(self, *args, hgw_cfg: Optional[dict] = None,
+                     stage_with_hgw: Sequence[bool] = (False, False, True,
+                                                       True), **kwargs):
+            super().__init__(*args, **kwargs)
+            self.swap_resnet_stages(hgw_cfg, stage_with_hgw)
+
     __all__.append('HGWCapsResNetV1c')

@@ -2,8 +2,7 @@
 from typing import Optional, Sequence
 
 from mmhgw.registry import SEG_MODELS
-from .capsule_swap import (check_stage_flags, report_random_capsules,
-                           swap_conv_module, train_capsule_norms)
+from .capsule_swap import CapsuleSwapMixin, check_stage_flags, swap_conv_module
 
 __all__ = []
 
@@ -13,7 +12,6 @@ def _swap_conv_block(block, hgw_cfg):
     fresh norms after them."""
     for conv_module in block.convs:
         swap_conv_module(conv_module, hgw_cfg)
-    return len(block.convs)
 
 
 if SEG_MODELS is not None:
@@ -21,7 +19,7 @@ if SEG_MODELS is not None:
     from mmseg.models.backbones.unet import BasicConvBlock
 
     @SEG_MODELS.register_module()
-    class HGWCapsUNet(UNet):
+    class HGWCapsUNet(CapsuleSwapMixin, UNet):
         """Stock mmseg ``UNet`` with HGW capsules in the 3x3 convolutions of
         chosen encoder and decoder stages (default: the deepest of each, as
         the paper).
@@ -40,19 +38,18 @@ if SEG_MODELS is not None:
             *args: the stock UNet's positional arguments.
             hgw_cfg: config of the capsule layer (``type='HGWCaps'`` and its
                 arguments; geometry comes from the replaced convolution).
+                Default: ``dict(type='HGWCaps')``.
             enc_with_hgw: per encoder stage (``num_stages`` entries).
+                Default (None): the deepest stage only.
             dec_with_hgw: per decoder stage, deepest last
                 (``num_stages - 1`` entries, the order of
-                ``UNet.decoder``).
+                ``UNet.decoder``). Default (None): the deepest stage only.
             **kwargs: the stock UNet's keyword arguments.
         """
 
-        def __init__(self,
-                     *args,
-                     hgw_cfg: Optional[dict] = None,
+        def __init__(self, *args, hgw_cfg: Optional[dict] = None,
                      enc_with_hgw: Optional[Sequence[bool]] = None,
-                     dec_with_hgw: Optional[Sequence[bool]] = None,
-                     **kwargs):
+                     dec_with_hgw: Optional[Sequence[bool]] = None, **kwargs):
             super().__init__(*args, **kwargs)
             n = self.num_stages
             if enc_with_hgw is None:
@@ -66,23 +63,15 @@ if SEG_MODELS is not None:
             self.hgw_layers = []
             for i, flag in enumerate(enc_with_hgw):
                 if flag:
-                    block = [m for m in self.encoder[i]
-                             if isinstance(m, BasicConvBlock)][0]
+                    block = [
+                        m for m in self.encoder[i]
+                        if isinstance(m, BasicConvBlock)
+                    ][0]
                     _swap_conv_block(block, hgw_cfg)
                     self.hgw_layers.append(f'encoder.{i}')
             for i, flag in enumerate(dec_with_hgw):
                 if flag:
                     _swap_conv_block(self.decoder[i].conv_block, hgw_cfg)
                     self.hgw_layers.append(f'decoder.{i}.conv_block')
-
-        def init_weights(self):
-            super().init_weights()
-            report_random_capsules(self, self.hgw_layers)
-
-        def train(self, mode=True):
-            super().train(mode)
-            if mode and self.norm_eval:
-                train_capsule_norms(self)
-            return self
 
     __all__.append('HGWCapsUNet')

@@ -14,7 +14,7 @@ networks of He et al. that the paper's CIFAR tables use: a 3x3 stem, stages
 of 16, 32 and 64 channels. The last stage's 64 channels are the paper's
 32 capsule types of dimension 2.
 """
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch.nn as nn
 from mmcv.cnn import build_conv_layer, build_norm_layer
@@ -27,7 +27,8 @@ if CLS_MODELS is not None and DET_MODELS is not None:
     from mmdet.models.backbones import ResNet as DetResNet
     from mmdet.models.backbones.resnet import BasicBlock
 
-    from ..backbones.hgwcaps_resnet import HGWCapsResNet, _with_capsules
+    from ..backbones.capsule_swap import CapsuleSwapMixin
+    from ..backbones.hgwcaps_resnet import HGWCapsResNet
 
     CLS_MODELS.register_module(module=HGWCapsResNet)
     try:
@@ -63,37 +64,33 @@ if CLS_MODELS is not None and DET_MODELS is not None:
             110: (BasicBlock, (18, 18, 18)),
         }
 
-        def __init__(self,
-                     depth: int,
-                     base_channels: int = 16,
-                     num_stages: int = 3,
-                     strides: Sequence[int] = (1, 2, 2),
+        def __init__(self, depth: int, base_channels: int = 16,
+                     num_stages: int = 3, strides: Sequence[int] = (1, 2, 2),
                      dilations: Sequence[int] = (1, 1, 1),
                      out_indices: Sequence[int] = (2, ),
-                     norm_eval: bool = False,
-                     **kwargs):
-            super().__init__(
-                depth=depth, base_channels=base_channels,
-                num_stages=num_stages, strides=strides, dilations=dilations,
-                out_indices=out_indices, norm_eval=norm_eval, **kwargs)
+                     norm_eval: bool = False, **kwargs):
+            super().__init__(depth=depth, base_channels=base_channels,
+                             num_stages=num_stages, strides=strides,
+                             dilations=dilations, out_indices=out_indices,
+                             norm_eval=norm_eval, **kwargs)
 
         def _make_stem_layer(self, in_channels: int, stem_channels: int):
             # 32x32 inputs: the ImageNet stem's 4x downsampling would leave
             # 2x2 maps in the last stage.
-            self.conv1 = build_conv_layer(
-                self.conv_cfg, in_channels, stem_channels, kernel_size=3,
-                stride=1, padding=1, bias=False)
-            self.norm1_name, norm1 = build_norm_layer(
-                self.norm_cfg, stem_channels, postfix=1)
+            self.conv1 = build_conv_layer(self.conv_cfg, in_channels,
+                                          stem_channels, kernel_size=3,
+                                          stride=1, padding=1, bias=False)
+            self.norm1_name, norm1 = build_norm_layer(self.norm_cfg,
+                                                      stem_channels, postfix=1)
             self.add_module(self.norm1_name, norm1)
             self.relu = nn.ReLU(inplace=True)
             self.maxpool = nn.Identity()
 
-    #: Docstring of :class:`HGWCapsCIFARResNet`.
-    _CIFAR_DOC = """:class:`CIFARResNet` with HGW capsules in the 3x3
-        convolution (``conv2``) of every block of the flagged stages
-        (default: the last stage, 64 channels = 32 capsule types of
-        dimension 2, as the paper).
+    @CLS_MODELS.register_module()
+    class HGWCapsCIFARResNet(CapsuleSwapMixin, CIFARResNet):
+        """:class:`CIFARResNet` with HGW capsules in the 3x3 convolution
+        (``conv2``) of every block of the flagged stages (default: the last
+        stage, 64 channels = 32 capsule types of dimension 2, as the paper).
 
         The blocks keep their BN and residual connection (the paper drops
         both in its CIFAR networks): the layout then stays that of the stock
@@ -113,16 +110,16 @@ if CLS_MODELS is not None and DET_MODELS is not None:
             hgw_cfg: config of the capsule layer (``type='HGWCaps'`` and its
                 arguments; geometry comes from the replaced convolution;
                 its default of 32 types gives dimension 2 on 64 channels).
+                Default: ``dict(type='HGWCaps')``.
             stage_with_hgw: per stage, whether its blocks get capsules.
-                Default: the last stage.
+                Default: ``(False, False, True)``, the last stage.
             **kwargs: :class:`CIFARResNet`'s keyword arguments.
         """
 
-    # The very class body of the detection and segmentation backbones, so
-    # that construction, weight loading and train() behave alike.
-    HGWCapsCIFARResNet = CLS_MODELS.register_module(module=_with_capsules(
-        CIFARResNet, 'HGWCapsCIFARResNet',
-        stage_with_hgw=(False, False, True), doc=_CIFAR_DOC,
-        module=__name__))
+        def __init__(self, *args, hgw_cfg: Optional[dict] = None,
+                     stage_with_hgw: Sequence[bool] = (False, False, True),
+                     **kwargs):
+            super().__init__(*args, **kwargs)
+            self.swap_resnet_stages(hgw_cfg, stage_with_hgw)
 
     __all__ += ['CIFARResNet', 'HGWCapsCIFARResNet']

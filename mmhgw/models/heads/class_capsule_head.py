@@ -59,15 +59,10 @@ if CLS_MODELS is not None:
             init_cfg: mmengine initialisation config.
         """
 
-        def __init__(self,
-                     num_classes: int,
-                     in_channels: int,
-                     in_types: int = 32,
-                     class_dim: int = 16,
-                     routing_cfg: Optional[dict] = None,
-                     m_pos: float = 0.9,
-                     m_neg: float = 0.1,
-                     neg_weight: float = 0.5,
+        def __init__(self, num_classes: int, in_channels: int,
+                     in_types: int = 32, class_dim: int = 16,
+                     routing_cfg: Optional[dict] = None, m_pos: float = 0.9,
+                     m_neg: float = 0.1, neg_weight: float = 0.5,
                      loss_weight: float = 1.0,
                      init_cfg: Optional[dict] = None):
             super().__init__(init_cfg=init_cfg)
@@ -82,16 +77,17 @@ if CLS_MODELS is not None:
             self.neg_weight, self.loss_weight = neg_weight, loss_weight
             cfg = copy.deepcopy(routing_cfg or DEFAULT_ROUTING_CFG)
             cfg.update(in_types=in_types, out_types=num_classes)
-            self.routing = build_conv_layer(
-                cfg, in_channels, num_classes * class_dim, 1)
+            self.routing = build_conv_layer(cfg, in_channels,
+                                            num_classes * class_dim, 1)
 
         def forward(self, feats: Union[Tensor, Tuple[Tensor, ...]]) -> Tensor:
             """Class scores [B, num_classes]: the class capsules' lengths."""
             x = feats[-1] if isinstance(feats, (tuple, list)) else feats
             if x.dim() == 2:
                 x = x[:, :, None, None]
-            poses = self.routing(x).flatten(1).view(
-                x.shape[0], self.num_classes, self.class_dim)
+            poses = self.routing(x).flatten(1).view(x.shape[0],
+                                                    self.num_classes,
+                                                    self.class_dim)
             # The layer scales each pose to its activation in (0, 1]; the
             # clamp only removes rounding above 1.
             return poses.norm(dim=-1).clamp(max=1.0)
@@ -102,8 +98,8 @@ if CLS_MODELS is not None:
                 target = torch.stack([s.gt_score for s in data_samples])
             else:
                 labels = torch.cat([s.gt_label for s in data_samples])
-                target = torch.nn.functional.one_hot(
-                    labels.to(lengths.device), self.num_classes)
+                target = torch.nn.functional.one_hot(labels.to(lengths.device),
+                                                     self.num_classes)
             target = target.to(lengths)
             loss = margin_loss(lengths, target, self.m_pos, self.m_neg,
                                self.neg_weight)

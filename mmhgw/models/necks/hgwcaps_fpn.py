@@ -1,8 +1,8 @@
 """A capsule neck: FPN whose 3x3 output convolutions are HGW capsules."""
 from typing import Optional
 
-from mmhgw.registry import DET_MODELS
 from mmhgw.models.backbones.capsule_swap import capsule_like
+from mmhgw.registry import DET_MODELS
 
 __all__ = []
 

@@ -15,8 +15,10 @@ void check_inputs(const torch::Tensor& X_p, const torch::Tensor& X_q,
                   const torch::Tensor& h1, const torch::Tensor& h2,
                   const torch::Tensor& row, const torch::Tensor& col) {
   for (const auto& t : {X_p, X_q, h1, h2, row, col}) {
-    TORCH_CHECK(t.device().is_cpu(), "hgw_routing_cpu: tensors must be on the CPU");
-    TORCH_CHECK(t.is_contiguous(), "hgw_routing_cpu: tensors must be contiguous");
+    TORCH_CHECK(t.device().is_cpu(),
+                "hgw_routing_cpu: tensors must be on the CPU");
+    TORCH_CHECK(t.is_contiguous(),
+                "hgw_routing_cpu: tensors must be contiguous");
     TORCH_CHECK(t.scalar_type() == X_p.scalar_type(),
                 "hgw_routing_cpu: tensors must share one dtype");
   }
@@ -39,10 +41,9 @@ double beta_value(const torch::Tensor& beta) {
   return beta.item<double>();
 }
 
-mmhgw::Options make_options(const torch::Tensor& X_p,
-                            const torch::Tensor& X_q, double beta, double eps,
-                            int64_t outer, int64_t inner, bool proximal,
-                            bool uniform) {
+mmhgw::Options make_options(const torch::Tensor& X_p, const torch::Tensor& X_q,
+                            double beta, double eps, int64_t outer,
+                            int64_t inner, bool proximal, bool uniform) {
   return mmhgw::Options{static_cast<int>(X_p.size(1)),
                         static_cast<int>(X_q.size(1)),
                         static_cast<int>(X_q.size(0)),
@@ -71,8 +72,8 @@ std::vector<torch::Tensor> forward(torch::Tensor X_p, torch::Tensor X_q,
                                    torch::Tensor h1, torch::Tensor h2,
                                    torch::Tensor row, torch::Tensor col,
                                    torch::Tensor beta, double eps,
-                                   int64_t outer, int64_t inner,
-                                   bool proximal, bool uniform) {
+                                   int64_t outer, int64_t inner, bool proximal,
+                                   bool uniform) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   const auto M = X_p.size(0), N = X_q.size(0), Vq = X_q.size(1),
              d = X_p.size(2);
@@ -87,8 +88,8 @@ std::vector<torch::Tensor> forward(torch::Tensor X_p, torch::Tensor X_q,
     scalar_t* parts_p = parts.data_ptr<scalar_t>();
     mmhgw::dispatch_sizes(o.Vp, o.Vq, [&]<int VP, int VQ>() {
       at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
-        mmhgw::forward_range<scalar_t, VP, VQ>(in, o, types, begin, end,
-                                               dist_p, parts_p);
+        mmhgw::forward_range<scalar_t, VP, VQ>(in, o, types, begin, end, dist_p,
+                                               parts_p);
       });
     });
   });
@@ -111,23 +112,18 @@ torch::Tensor plans(torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1,
     scalar_t* out_p = out.data_ptr<scalar_t>();
     mmhgw::dispatch_sizes(o.Vp, o.Vq, [&]<int VP, int VQ>() {
       at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
-        mmhgw::plans_range<scalar_t, VP, VQ>(in, o, types, begin, end,
-                                             out_p);
+        mmhgw::plans_range<scalar_t, VP, VQ>(in, o, types, begin, end, out_p);
       });
     });
   });
   return out;
 }
 
-std::vector<torch::Tensor> backward(torch::Tensor grad_dist,
-                                    torch::Tensor grad_parts,
-                                    torch::Tensor X_p, torch::Tensor X_q,
-                                    torch::Tensor h1, torch::Tensor h2,
-                                    torch::Tensor row, torch::Tensor col,
-                                    torch::Tensor beta, double eps,
-                                    int64_t outer, int64_t inner,
-                                    bool proximal, bool uniform,
-                                    bool want_parts) {
+std::vector<torch::Tensor> backward(
+    torch::Tensor grad_dist, torch::Tensor grad_parts, torch::Tensor X_p,
+    torch::Tensor X_q, torch::Tensor h1, torch::Tensor h2, torch::Tensor row,
+    torch::Tensor col, torch::Tensor beta, double eps, int64_t outer,
+    int64_t inner, bool proximal, bool uniform, bool want_parts) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   TORCH_CHECK(grad_dist.is_contiguous() && grad_parts.is_contiguous() &&
                   grad_dist.scalar_type() == X_p.scalar_type() &&
@@ -173,8 +169,8 @@ std::vector<torch::Tensor> backward(torch::Tensor grad_dist,
       });
     });
   });
-  return {dX_p, dX_q.sum(0), dh1, dh2.sum(0), drow, dcol.sum(0),
-          dbeta.sum(), parts};
+  return {dX_p, dX_q.sum(0), dh1,         dh2.sum(0),
+          drow, dcol.sum(0), dbeta.sum(), parts};
 }
 
 }  // namespace

@@ -171,7 +171,6 @@ inline void transpose(const scalar_t* __restrict__ in, int rows, int cols,
     for (int j = 0; j < cols; ++j) out[j * rows + i] = in[i * cols + j];
 }
 
-
 // ------------------------------------------- SIMD path: V_q = 8, float
 // One row of a problem is eight floats (GCC/Clang vector extensions: AVX2
 // or AVX-512 code, no intrinsics). A vector holds the same row of G = 1 or
@@ -196,7 +195,7 @@ template <>
 struct Lanes<v16f> {
   using I = v16i;
   static constexpr int W = 16;
-  static constexpr I iota = {0, 1, 2, 3, 4, 5, 6, 7,
+  static constexpr I iota = {0, 1, 2,  3,  4,  5,  6,  7,
                              8, 9, 10, 11, 12, 13, 14, 15};
 };
 
@@ -342,22 +341,25 @@ inline void gw_product_simd(const float* __restrict__ h1, const V* T,
 // cross cost K) are interleaved like the rows.
 template <typename V, int VP>
 void solve_plan_simd(const float* __restrict__ h1, const V* H2T,
-                     const float* __restrict__ row, const V colv,
-                     const V* K, const Options& o, V* __restrict__ T_out,
+                     const float* __restrict__ row, const V colv, const V* K,
+                     const Options& o, V* __restrict__ T_out,
                      V* __restrict__ A_out, float* values) {
   static_assert(VP % 8 == 0, "VP must be a multiple of 8");
-  constexpr int R = VP / 8;  // blocks of eight rows
+  constexpr int R = VP / 8;           // blocks of eight rows
   constexpr int G = Lanes<V>::W / 8;  // problems per vector
   const float p = 1.0f / VP, q = 1.0f / 8;
   const float log_p = std::log(p), log_q = std::log(q);
   const float lo = exp_floor<float>(), tn = tiny<float>();
-  const float beta = static_cast<float>(o.beta), eps = static_cast<float>(o.eps);
+  const float beta = static_cast<float>(o.beta),
+              eps = static_cast<float>(o.eps);
   V T[VP], LT[VP], LK[VP], C[VP], tmp[VP];
   V f[R], u[R];  // row potentials and scalings: lane k <-> row 8 b + k
   V g, v;
   V* A = A_out;
   // Row i's entry of a per-row array of blocks, broadcast in each half.
-  auto at_row = [](const V* blocks, int i) { return row_lane(blocks[i / 8], i % 8); };
+  auto at_row = [](const V* blocks, int i) {
+    return row_lane(blocks[i / 8], i % 8);
+  };
   const float T0 = std::exp(log_p + log_q);
   for (int i = 0; i < VP; ++i) T[i] = splat<V>(T0);
   auto finish = [&]() {
@@ -448,8 +450,8 @@ void solve_plan_simd(const float* __restrict__ h1, const V* H2T,
   for (int i = 0; i < VP; ++i) cs += T[i];
   const V dq = vmax(q - cs, splat<V>(0.0f));
   // Per problem: no correction below sqrt(tiny) (see Solver).
-  const V coef = total > std::sqrt(tn) ? dq / vmax(total, splat<V>(tn))
-                                       : splat<V>(0.0f);
+  const V coef =
+      total > std::sqrt(tn) ? dq / vmax(total, splat<V>(tn)) : splat<V>(0.0f);
   for (int i = 0; i < VP; ++i) T[i] += at_row(u, i) * coef;
   return finish();
 }
@@ -491,13 +493,14 @@ inline void cross_cost_v8(const float* __restrict__ xp,
 //   T, A = h1 T, K, sq: [VP][8];  xp [VP][d];  xq, h2, gp: [8][d or 8].
 template <int VP>
 void backward_v8(const float* __restrict__ T_in, const float* __restrict__ A_in,
-                 const float* __restrict__ K_in, const float* __restrict__ sq_in,
-                 const float* __restrict__ xp, const float* __restrict__ xq,
-                 const float* __restrict__ h2, float beta, float gd,
-                 const float* __restrict__ gp, float* __restrict__ dXp,
-                 float* __restrict__ dh1, float* __restrict__ drow,
-                 float* __restrict__ dXq, float* __restrict__ dh2,
-                 float* __restrict__ dcol, float* dbeta) {
+                 const float* __restrict__ K_in,
+                 const float* __restrict__ sq_in, const float* __restrict__ xp,
+                 const float* __restrict__ xq, const float* __restrict__ h2,
+                 float beta, float gd, const float* __restrict__ gp,
+                 float* __restrict__ dXp, float* __restrict__ dh1,
+                 float* __restrict__ drow, float* __restrict__ dXq,
+                 float* __restrict__ dh2, float* __restrict__ dcol,
+                 float* dbeta) {
   static_assert(VP % 8 == 0, "VP must be a multiple of 8");
   constexpr int R = VP / 8;
   v8f T[VP], XP[VP], GP[8], XQ[8];
@@ -626,9 +629,9 @@ Types<scalar_t> prepare_types(const Inputs<scalar_t>& in, const Options& o) {
   ty.bad.resize(o.N);
   for (int64_t n = 0; n < o.N; ++n) {
     const scalar_t* x = in.Xq + n * Vq * d;
-    ty.bad[n] = !(all_finite(x, Vq * d) &&
-                  all_finite(in.h2 + n * Vq * Vq, Vq * Vq) &&
-                  all_finite(in.col + n * Vq, Vq));
+    ty.bad[n] =
+        !(all_finite(x, Vq * d) && all_finite(in.h2 + n * Vq * Vq, Vq * Vq) &&
+          all_finite(in.col + n * Vq, Vq));
     scalar_t top = 0;
     for (int k = 0; k < Vq * d; ++k) top = std::max(top, std::abs(x[k]));
     const scalar_t b = power_of_two_scale(top);
@@ -699,8 +702,9 @@ class Solver {
   // Problems solved together: two output types in lockstep where the
   // SIMD path has 16-lane vectors (AVX-512), one otherwise.
 #ifdef __AVX512F__
-  static constexpr int kGroup = (std::is_same_v<scalar_t, float> && VQ == 8 &&
-                                 VP > 0 && VP % 8 == 0) ? 2 : 1;
+  static constexpr int kGroup =
+      (std::is_same_v<scalar_t, float> && VQ == 8 && VP > 0 && VP % 8 == 0) ? 2
+                                                                            : 1;
 #else
   static constexpr int kGroup = 1;
 #endif
@@ -802,8 +806,8 @@ class Solver {
       if (d == 8) {
         const int o = slot * P;
         backward_v8<VP>(T.data() + o, A.data() + o, Kc.data() + o,
-                        sq.data() + o, xp_, xq_[slot], h2_[slot], beta_, gd,
-                        gp, dXp, dh1, drow, dXq, dh2, dcol, dbeta);
+                        sq.data() + o, xp_, xq_[slot], h2_[slot], beta_, gd, gp,
+                        dXp, dh1, drow, dXq, dh2, dcol, dbeta);
         return;
       }
     }
@@ -894,8 +898,7 @@ class Solver {
     const scalar_t ra2 = sc.ra * sc.ra, rb2 = sc.rb * sc.rb;
     const scalar_t two_rab = 2 * (sc.ra * sc.rb);
     for (int i = 0; i < Vp; ++i)
-      for (int j = 0; j < Vq; ++j)
-        q2[i * Vq + j] = ra2 * sqp[i] + rb2 * sqq[j];
+      for (int j = 0; j < Vq; ++j) q2[i * Vq + j] = ra2 * sqp[i] + rb2 * sqq[j];
     for (int i = 0; i < Vp; ++i)
       for (int e = 0; e < d; ++e) {
         const scalar_t x = -two_rab * xp[i * d + e];
@@ -982,8 +985,8 @@ class Solver {
       for (int i = 0; i < Vp; ++i)
         for (int j = 0; j < Vq; ++j) {
           const int e = i * Vq + j;
-          lk[e] = -(rw[i] + cl[j] - cost[e] + beta_ * kc[e]) / eps_ +
-                  prox * lt[e];
+          lk[e] =
+              -(rw[i] + cl[j] - cost[e] + beta_ * kc[e]) / eps_ + prox * lt[e];
         }
       transpose(lk, Vp, Vq, lkT);
       // One log-domain iteration: f = log p - LSE_j(logk + g) ...
@@ -1143,7 +1146,7 @@ class Solver {
 
   const Options o_;
   const int Vp, Vq, P;
-  scalar_t value_[2] = {0, 0};  // SIMD path: values computed with the plans
+  scalar_t value_[2] = {0, 0};    // SIMD path: values computed with the plans
   bool bad_[2] = {false, false};  // per slot: a poisoned problem
   bool bad_location_ = false;
   scalar_t scale_ = 1;  // the location's power-of-two scale
@@ -1152,8 +1155,8 @@ class Solver {
   // Per slot: this type's parts, h2 and column term.
   const scalar_t *xq_[2] = {nullptr, nullptr}, *h2_[2] = {nullptr, nullptr},
                  *col_[2] = {nullptr, nullptr};
-  std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT,
-      h2T, f, g, u, v, s, c, rmax, cmax, sqp, xps;
+  std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT, h2T,
+      f, g, u, v, s, c, rmax, cmax, sqp, xps;
 };
 
 // Solves every (location m in [begin, end), type n) problem, a group of
@@ -1220,9 +1223,9 @@ template <typename scalar_t, int VP, int VQ>
 void backward_range(const Inputs<scalar_t>& in, const Options& o,
                     const Types<scalar_t>& ty, const scalar_t* grad_dist,
                     const scalar_t* grad_parts, int64_t begin, int64_t end,
-                    scalar_t* dXp, scalar_t* dh1, scalar_t* drow,
-                    scalar_t* dXq, scalar_t* dh2, scalar_t* dcol,
-                    scalar_t* dbeta, scalar_t* parts = nullptr) {
+                    scalar_t* dXp, scalar_t* dh1, scalar_t* drow, scalar_t* dXq,
+                    scalar_t* dh2, scalar_t* dcol, scalar_t* dbeta,
+                    scalar_t* parts = nullptr) {
   const int Vp = o.Vp, Vq = o.Vq, d = o.d;
   solve_range<scalar_t, VP, VQ>(
       in, o, ty, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {

@@ -36,8 +36,9 @@ def test_cifar_resnet_paper_setting():
     from mmhgw.models.classification import HGWCapsCIFARResNet
     net = HGWCapsCIFARResNet(depth=20, hgw_cfg=SMALL_HGW, init_cfg=None)
     caps = {n: m for n, m in net.named_modules() if isinstance(m, HGWCaps)}
-    assert sorted(caps) == ['layer3.0.conv2', 'layer3.1.conv2',
-                            'layer3.2.conv2']
+    assert sorted(caps) == [
+        'layer3.0.conv2', 'layer3.1.conv2', 'layer3.2.conv2'
+    ]
     assert all(m.in_types == 32 and m.out_dim == 2 for m in caps.values())
     out = net(torch.randn(1, 3, 32, 32))
     assert len(out) == 1 and out[0].shape == (1, 64, 8, 8)
@@ -53,8 +54,11 @@ def test_cifar_resnet_norm_after_capsules_trains_under_norm_eval(
     net = HGWCapsCIFARResNet(depth=20, hgw_cfg=SMALL_HGW, norm_eval=True,
                              frozen_stages=frozen_stages, init_cfg=None)
     returned = net.train()
-    norms = {n: m for n, m in net.named_modules()
-             if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)}
+    norms = {
+        n: m
+        for n, m in net.named_modules()
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+    }
     fresh = {n for n in norms if n.rsplit('.', 1)[-1] == 'hgw_bn2'}
     assert sorted(fresh) == [f'layer3.{b}.hgw_bn2' for b in range(3)]
     # Stage 3 (layer3, the capsule stage) is frozen when frozen_stages=3.
@@ -116,8 +120,8 @@ def test_shape_classification_set(tmp_path):
     again = tmp_path / 'again'
     make_shape_classification(str(again), num_train=8, num_val=4)
     first = sorted((tmp_path / 'train').rglob('*.png'))[0]
-    assert first.read_bytes() == (again / first.relative_to(
-        tmp_path)).read_bytes()
+    assert first.read_bytes() == (again /
+                                  first.relative_to(tmp_path)).read_bytes()
 
 
 def test_demo_config_trains_through_mmpretrain_runner(tmp_path):
@@ -129,7 +133,8 @@ def test_demo_config_trains_through_mmpretrain_runner(tmp_path):
     data = tmp_path / 'shapes'
     make_shape_classification(str(data), num_train=8, num_val=4)
     cfg_path = tmp_path / 'cfg.py'
-    cfg_path.write_text(textwrap.dedent(f"""
+    cfg_path.write_text(
+        textwrap.dedent(f"""
         _base_ = [{DEMO_CLS!r}]
         small = {SMALL_HGW!r}
         model = dict(backbone=dict(hgw_cfg=small),
@@ -154,11 +159,13 @@ def test_demo_config_trains_through_mmpretrain_runner(tmp_path):
     metrics = runner.val_loop.run()
     assert 0 <= metrics['accuracy/top1'] <= 100
     after = runner.model.state_dict()
-    moved = [k for k in after if 'subcapsules' in k and
-             not torch.equal(before[k], after[k])]
+    moved = [
+        k for k in after
+        if 'subcapsules' in k and not torch.equal(before[k], after[k])
+    ]
     assert moved, 'capsule layers did not train'
-    ckpt = torch.load(osp.join(cfg.work_dir, 'iter_3.pth'),
-                      map_location='cpu', weights_only=False)
+    ckpt = torch.load(osp.join(cfg.work_dir, 'iter_3.pth'), map_location='cpu',
+                      weights_only=False)
     assert 'backbone.layer3.0.conv2.subcapsules' in ckpt['state_dict']
 
 
@@ -170,14 +177,15 @@ def _save_classifier_checkpoint(backbone, path):
 
 @pytest.mark.parametrize('cls_type, task', [('HGWCapsResNet', 'det'),
                                             ('HGWCapsResNetV1c', 'seg')])
-def test_classifier_checkpoint_loads_into_task_backbone(tmp_path, cls_type,
-                                                         task):
+def test_classifier_checkpoint_loads_into_task_backbone(
+        tmp_path, cls_type, task):
     """A checkpoint of the MMPretrain-registered backbone (saved as a
     classifier, ``backbone.`` prefix) fills the detection / segmentation
     backbone through ``init_cfg=Pretrained(prefix='backbone.')``: every key,
     capsule layers included, equal to the saved tensor."""
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS as CLS
+
     from mmhgw.registry import DET_MODELS, SEG_MODELS
     task_models = DET_MODELS if task == 'det' else SEG_MODELS
     args = dict(type=cls_type, depth=18, base_channels=8, out_indices=(3, ),
@@ -190,10 +198,11 @@ def test_classifier_checkpoint_loads_into_task_backbone(tmp_path, cls_type,
     _save_classifier_checkpoint(trained, path)
 
     torch.manual_seed(1)
-    target = task_models.build(dict(
-        args, out_indices=(0, 1, 2, 3),
-        init_cfg=dict(type='Pretrained', prefix='backbone.',
-                      checkpoint=path)))
+    target = task_models.build(
+        dict(
+            args, out_indices=(0, 1, 2, 3),
+            init_cfg=dict(type='Pretrained', prefix='backbone.',
+                          checkpoint=path)))
     target.init_weights()
     want, got = trained.state_dict(), target.state_dict()
     assert set(want) == set(got)

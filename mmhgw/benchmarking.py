@@ -1,4 +1,7 @@
-"""Helpers shared by the benchmark scripts: timing, memory, report sections."""
+"""Measuring and reporting for the benchmark scripts (``bench/``) and
+``tools/analysis/param_table.py``: wall time and memory, random layer-like
+inputs of the routing op, the machine a run took place on, and the sections
+of docs/benchmarks.md that each script writes."""
 import datetime
 import json
 import os
@@ -10,8 +13,10 @@ import time
 
 import torch
 
-DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))), 'docs', 'benchmarks.md')
+#: The report the scripts write by default: the repository's
+#: docs/benchmarks.md (the package is installed editable, from a clone).
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                   'docs', 'benchmarks.md')
 
 
 def sync(device):
@@ -60,6 +65,25 @@ def peak_cuda_bytes(fn):
     return torch.cuda.max_memory_allocated() - base
 
 
+def random_routing_inputs(M: int, N: int, V_p: int, V_q: int, d: int,
+                          dtype: torch.dtype = torch.float64,
+                          seed: int = 0) -> list:
+    """Layer-like inputs of :func:`mmhgw.ops.hgw_routing`: ``[X_p, X_q, h1,
+    h2, row, col, beta]`` for M locations and N output types, with positive
+    symmetric structures in [1/2, 1], uniform marginals and beta 1/2."""
+    from mmhgw.ot import gw_factors
+    g = torch.Generator().manual_seed(seed)
+    X_p = torch.randn(M, V_p, d, generator=g, dtype=dtype)
+    X_q = torch.randn(N, V_q, d, generator=g, dtype=dtype)
+    C_p = 0.5 + 0.5 * torch.rand(M, V_p, V_p, generator=g, dtype=dtype)
+    C_q = 0.5 + 0.5 * torch.rand(N, V_q, V_q, generator=g, dtype=dtype)
+    C_p, C_q = (C_p + C_p.mT) / 2, (C_q + C_q.mT) / 2
+    row, col, h1, h2 = gw_factors(C_p, C_q,
+                                  torch.full((V_p, ), 1 / V_p, dtype=dtype),
+                                  torch.full((V_q, ), 1 / V_q, dtype=dtype))
+    return [X_p, X_q, h1, h2, row, col, torch.tensor(0.5, dtype=dtype)]
+
+
 def machine(device='cpu'):
     if torch.device(device).type == 'cuda':
         return (f'{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), '
@@ -75,8 +99,10 @@ def machine(device='cpu'):
 
 
 def markdown_table(header, rows):
-    lines = ['| ' + ' | '.join(header) + ' |',
-             '|' + '|'.join('---' for _ in header) + '|']
+    lines = [
+        '| ' + ' | '.join(header) + ' |',
+        '|' + '|'.join('---' for _ in header) + '|'
+    ]
     lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
     return '\n'.join(lines)
 
@@ -109,8 +135,9 @@ def write_section(key, title, body, device='cpu', info=None, doc=DOC):
                f'Date: {info["date"]}\n\n{body}\n<!-- {key}:end -->')
     text = open(doc).read() if os.path.exists(doc) else \
         '# Benchmarks\n\nEach section is written by the script it names.\n'
-    pattern = re.compile(f'<!-- {re.escape(key)}:begin -->.*?'
-                         f'<!-- {re.escape(key)}:end -->', re.S)
+    pattern = re.compile(
+        f'<!-- {re.escape(key)}:begin -->.*?'
+        f'<!-- {re.escape(key)}:end -->', re.S)
     if pattern.search(text):
         text = pattern.sub(lambda _: section, text)
     else:
