@@ -1,8 +1,8 @@
 """Operators with fused kernels (one module per op, kernels in ``csrc/``,
 the plain torch reference of each beside it)."""
-from .hgw_routing import (BACKENDS, OP_NAME, cpp_available,
-                          hgw_routing, hgw_routing_decomposition,
-                          resolve_backend, triton_available)
+from .hgw_routing import (BACKENDS, OP_NAME, cpp_available, hgw_routing,
+                          hgw_routing_decomposition, resolve_backend,
+                          triton_available)
 from .hgw_routing_reference import (ROUTINGS, cross_cost,
                                     hgw_routing_reference, poisoned_problems,
                                     pose_map)

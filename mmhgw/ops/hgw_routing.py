@@ -22,21 +22,21 @@ decomposed into the reference (:func:`hgw_routing_decomposition`).
 Numerics, the same on every backend: the squared embedding distances are
 taken on embeddings scaled by powers of two (exact; finite for embeddings
 whose squares overflow); a problem with a NaN or infinite input gets a NaN
-plan, hence NaN outputs and gradients (:func:`poisoned_problems`); the op
+plan, hence NaN outputs and gradients
+(:func:`~mmhgw.ops.hgw_routing_reference.poisoned_problems`); the op
 is once differentiable (double backward raises an error naming it).
 """
 import math
 import os
 import warnings
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from mmhgw.ot import GWFactors, check_solver_options
-from .hgw_routing_reference import (ROUTINGS, TorchKernels, cross_cost,
-                                    factor_args, hgw_routing_reference,
-                                    poisoned_problems, pose_map)
+from .hgw_routing_reference import (ROUTINGS, TorchKernels, factor_args,
+                                    hgw_routing_reference, pose_map)
 
 BACKENDS = ('auto', 'torch', 'cpp', 'triton')
 
@@ -418,9 +418,10 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3,
     float32 (a 16-bit log-kernel loses the plan at small eps) and the
     outputs cast back. A problem (m, n) with a NaN or infinite input gets
     NaN outputs and gradients on every backend
-    (:func:`poisoned_problems`); large finite embeddings give finite
-    outputs (:func:`cross_cost`). The op is once differentiable: double
-    backward raises.
+    (:func:`~.hgw_routing_reference.poisoned_problems`); large finite
+    embeddings give finite outputs
+    (:func:`~.hgw_routing_reference.cross_cost`). The op is once
+    differentiable: double backward raises.
 
     Returns:
         ``(distance [..., N], parts [..., N, V_q, d])``, or

@@ -25,9 +25,9 @@ from typing import Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from mmhgw.ot import (CPU_CHUNK_ENTRIES, GWFactors, bound_distance,
-                      hgw_value, power_of_two_scale, scaled_squared_distance,
-                      solve_plan, uniform_marginals, uniform_plan)
+from mmhgw.ot import (CPU_CHUNK_ENTRIES, GWFactors, bound_distance, hgw_value,
+                      power_of_two_scale, scaled_squared_distance, solve_plan,
+                      uniform_marginals, uniform_plan)
 
 #: ``'hgw'``: the HGW plan; ``'uniform'``: the plan fixed to ``p q^T`` (no
 #: optimal transport, the baseline routing).

@@ -18,9 +18,8 @@ from .sinkhorn import round_to_polytope, sinkhorn_log
 from .solver import (CPU_CHUNK_ENTRIES, GRAD_MODES, REGULARIZERS, HGWResult,
                      check_solver_options, hgw_distance, plan_from_terms,
                      solve_plan, uniform_marginals, uniform_plan)
-from .structures import (count_structure, embedding_distance,
-                         kl_off_diagonal, mix_structure, presence,
-                         zipf_structure)
+from .structures import (count_structure, embedding_distance, kl_off_diagonal,
+                         mix_structure, presence, zipf_structure)
 
 __all__ = [
     'CPU_CHUNK_ENTRIES', 'DISTANCE_FLOOR', 'GRAD_MODES', 'LOSSES', 'MIN_EPS',

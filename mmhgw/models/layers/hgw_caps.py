@@ -18,9 +18,8 @@ from mmhgw.registry import MODELS
 from .aux_loss import attach_aux_loss
 from .hgw_caps_args import (build_solver_cfg, check_checkpoint_beta,
                             check_layer_args, resolve_legacy)
-from .hgw_caps_structures import (RoutingInputs, Structures,
-                                  layer_structures, observed_input,
-                                  regulariser)
+from .hgw_caps_structures import (RoutingInputs, Structures, layer_structures,
+                                  observed_input, regulariser)
 from .precision import autocast_off, narrower_than_float32, restore_float32
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
@@ -301,7 +300,6 @@ class HGWCaps(BaseModule):
                     obs_p=s.obs_p, K_qq=s.K_qq, obs_q=s.obs_q,
                     regulariser=regulariser(s, self.reg_weight),
                     size=size)
-
 
     def _capsules(self, pose: Tensor, dist: Tensor) -> Tensor:
         """Output capsules [B, L, N, out_dim]: the poses rescaled to their

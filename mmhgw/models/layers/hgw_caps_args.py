@@ -1,9 +1,9 @@
 """Arguments of :class:`~mmhgw.models.layers.HGWCaps`: the solver config
 (``solver_cfg``, filled with defaults as mmdet fills ``norm_cfg``), the
 checks of the layer's own arguments and of checkpoint values, and the
-spellings of the previous release (``eps=``, ``outer_iters=``, ``inner_iters=``, ``grad=``,
-``solver_regularizer=``, ``ablation=``), still taken with a
-DeprecationWarning naming the new one."""
+spellings of the previous release (``eps=``, ``outer_iters=``,
+``inner_iters=``, ``grad=``, ``solver_regularizer=``, ``ablation=``), still
+taken with a DeprecationWarning naming the new one."""
 import math
 import warnings
 from typing import Optional, Tuple
