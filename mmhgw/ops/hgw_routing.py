@@ -34,9 +34,9 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from mmhgw.ot import GWFactors, check_solver_options
-from .hgw_routing_reference import (ROUTINGS, TorchKernels, factor_args,
-                                    hgw_routing_reference, pose_map)
+from .hgw_routing_reference import (TorchKernels, check_routing_args,
+                                    factor_args, hgw_routing_reference,
+                                    pose_map)
 
 BACKENDS = ('auto', 'torch', 'cpp', 'triton')
 
@@ -337,51 +337,6 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _check(X_p, X_q, factors: GWFactors, beta, eps, outer_iters,
-           inner_iters, regularizer, routing, backend, pose_weight):
-    if routing not in ROUTINGS:
-        raise ValueError(f'routing must be one of {ROUTINGS}, got '
-                         f'{routing!r}')
-    if backend not in BACKENDS:
-        raise ValueError(f'backend must be one of {BACKENDS}, got '
-                         f'{backend!r}')
-    check_solver_options(eps=eps, outer_iters=outer_iters,
-                         inner_iters=inner_iters, regularizer=regularizer)
-    if X_p.dim() < 2 or X_q.dim() != 3:
-        raise ValueError(f'X_p must be [..., V_p, d] and X_q [N, V_q, d], '
-                         f'got {tuple(X_p.shape)} and {tuple(X_q.shape)}')
-    lead, (V_p, d) = X_p.shape[:-2], X_p.shape[-2:]
-    N, V_q, d_q = X_q.shape
-    expected = dict(X_q=(N, V_q, d), h1=lead + (V_p, V_p), h2=(N, V_q, V_q),
-                    row=lead + (V_p, ), col=(N, V_q))
-    for name, t in (('X_q', X_q), ('h1', factors.h1), ('h2', factors.h2),
-                    ('row', factors.row), ('col', factors.col)):
-        if tuple(t.shape) != tuple(expected[name]):
-            raise ValueError(f'{name} must have shape '
-                             f'{tuple(expected[name])} for X_p of shape '
-                             f'{tuple(X_p.shape)} and X_q of shape '
-                             f'{tuple(X_q.shape)}, got {tuple(t.shape)}')
-    if min(V_p, V_q, d) < 1:
-        raise ValueError(f'V_p, V_q and d must be >= 1, got {V_p}, {V_q}, '
-                         f'{d}')
-    if torch.is_tensor(beta) and beta.numel() != 1:
-        raise ValueError(f'beta must be a number or a one-element tensor, '
-                         f'got shape {tuple(beta.shape)}')
-    tensors = [X_p, X_q, *factors]
-    if pose_weight is not None:
-        if (pose_weight.dim() != 3
-                or tuple(pose_weight.shape[:2]) != (N, V_q * d)
-                or pose_weight.shape[2] < 1):
-            raise ValueError(f'pose_weight must have shape (N, V_q * d, O) = '
-                             f'({N}, {V_q * d}, O) for X_q of shape '
-                             f'{tuple(X_q.shape)}, got '
-                             f'{tuple(pose_weight.shape)}')
-        tensors.append(pose_weight)
-    devices = {t.device for t in tensors}
-    if len(devices) > 1:
-        raise ValueError(f'all inputs must be on one device, got {devices}')
-
-
 def hgw_routing(X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3,
                 outer_iters: int, inner_iters: int,
                 regularizer: str = 'proximal', routing: str = 'hgw',
@@ -428,8 +383,12 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3,
         ``(distance, poses [..., N, O])`` with ``pose_weight``.
     """
     factors, beta = factor_args(args)
-    _check(X_p, X_q, factors, beta, eps, outer_iters, inner_iters,
-           regularizer, routing, backend, pose_weight)
+    if backend not in BACKENDS:
+        raise ValueError(f'backend must be one of {BACKENDS}, got '
+                         f'{backend!r}')
+    check_routing_args(X_p, X_q, factors, beta, pose_weight, routing=routing,
+                       eps=eps, outer_iters=outer_iters,
+                       inner_iters=inner_iters, regularizer=regularizer)
     out_dtype = X_p.dtype
     dtype = torch.promote_types(out_dtype, torch.float32)
     if not torch.is_tensor(beta):

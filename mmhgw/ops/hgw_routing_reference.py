@@ -20,14 +20,15 @@ The structures enter through :class:`mmhgw.ot.GWFactors`
 ``K = 1 - exp(-|x_i - y_j|^2 / d)`` is computed inside (:func:`cross_cost`).
 """
 import math
-from typing import Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from mmhgw.ot import (CPU_CHUNK_ENTRIES, GWFactors, bound_distance, hgw_value,
-                      power_of_two_scale, scaled_squared_distance, solve_plan,
-                      uniform_marginals, uniform_plan)
+from mmhgw.ot import (CPU_CHUNK_ENTRIES, GWFactors, bound_distance,
+                      check_solver_options, hgw_value, power_of_two_scale,
+                      scaled_squared_distance, solve_plan, uniform_marginals,
+                      uniform_plan)
 
 #: ``'hgw'``: the HGW plan; ``'uniform'``: the plan fixed to ``p q^T`` (no
 #: optimal transport, the baseline routing).
@@ -46,6 +47,54 @@ def factor_args(args: Sequence) -> Tuple[GWFactors, Union[float, Tensor]]:
     raise TypeError('the HGW routing op takes (X_p, X_q, factors: '
                     'GWFactors, beta) or (X_p, X_q, h1, h2, row, col, '
                     f'beta); got {2 + len(args)} positional arguments')
+
+
+def check_routing_args(X_p: Tensor, X_q: Tensor, factors: GWFactors,
+                       beta: Union[float, Tensor],
+                       pose_weight: Optional[Tensor], *, routing: str,
+                       **solver):
+    """Raise a ValueError naming the first invalid input of the op: the
+    routing, the solver options (:func:`mmhgw.ot.check_solver_options`),
+    the shapes of the inputs (X_p [..., V_p, d] with its factors per
+    location, X_q [N, V_q, d] with its factors per type, pose_weight
+    [N, V_q d, O]), a one-element ``beta`` and one device."""
+    if routing not in ROUTINGS:
+        raise ValueError(f'routing must be one of {ROUTINGS}, got '
+                         f'{routing!r}')
+    check_solver_options(**solver)
+    if X_p.dim() < 2 or X_q.dim() != 3:
+        raise ValueError(f'X_p must be [..., V_p, d] and X_q [N, V_q, d], '
+                         f'got {tuple(X_p.shape)} and {tuple(X_q.shape)}')
+    lead, (V_p, d) = X_p.shape[:-2], X_p.shape[-2:]
+    N, V_q, d_q = X_q.shape
+    expected = dict(X_q=(N, V_q, d), h1=lead + (V_p, V_p), h2=(N, V_q, V_q),
+                    row=lead + (V_p, ), col=(N, V_q))
+    for name, t in (('X_q', X_q), ('h1', factors.h1), ('h2', factors.h2),
+                    ('row', factors.row), ('col', factors.col)):
+        if tuple(t.shape) != tuple(expected[name]):
+            raise ValueError(f'{name} must have shape '
+                             f'{tuple(expected[name])} for X_p of shape '
+                             f'{tuple(X_p.shape)} and X_q of shape '
+                             f'{tuple(X_q.shape)}, got {tuple(t.shape)}')
+    if min(V_p, V_q, d) < 1:
+        raise ValueError(f'V_p, V_q and d must be >= 1, got {V_p}, {V_q}, '
+                         f'{d}')
+    if torch.is_tensor(beta) and beta.numel() != 1:
+        raise ValueError(f'beta must be a number or a one-element tensor, '
+                         f'got shape {tuple(beta.shape)}')
+    tensors = [X_p, X_q, *factors]
+    if pose_weight is not None:
+        if (pose_weight.dim() != 3
+                or tuple(pose_weight.shape[:2]) != (N, V_q * d)
+                or pose_weight.shape[2] < 1):
+            raise ValueError(f'pose_weight must have shape (N, V_q * d, O) = '
+                             f'({N}, {V_q * d}, O) for X_q of shape '
+                             f'{tuple(X_q.shape)}, got '
+                             f'{tuple(pose_weight.shape)}')
+        tensors.append(pose_weight)
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise ValueError(f'all inputs must be on one device, got {devices}')
 
 
 def cross_cost(X_p: Tensor, X_q: Tensor) -> Tensor:
