@@ -225,6 +225,7 @@ class HGWCaps(BaseModule):
                                 self.use_observed, self.observed)
 
     def _observed_p(self, x: Tensor) -> Optional[Tensor]:
+        """:func:`observed_input` of the layer's input x."""
         return observed_input(x, self.in_types, self.embed,
                               self.use_observed, self.observed)
 
@@ -278,7 +279,7 @@ class HGWCaps(BaseModule):
         out = hgw_routing_reference(
             X_p.reshape(-1, V_p, d), self.subcapsules, flat, s.beta,
             grad=self.solver_cfg['grad'], return_plan=True, **options)
-        return tuple(t.view(B, L, *t.shape[1:]) for t in out)
+        return tuple(t.reshape(B, L, *t.shape[1:]) for t in out)
 
     def route(self, x: Tensor) -> dict:
         """The routing of one forward pass, for inspection and plotting.
