@@ -31,7 +31,7 @@ import torch
 
 from mmhgw.benchmarking import markdown_table, write_section
 from mmhgw.ops import cross_cost, hgw_routing
-from mmhgw.ot import GWTerms, gw_factors, hgw_value, round_to_polytope
+from mmhgw.ot import GWFactors, hgw_value, round_to_polytope, uniform_marginals
 
 SETTINGS = [  # (eps, proximal steps, Sinkhorn iterations)
     (1e-3, 2, 3), (1e-3, 2, 20), (1e-3, 4, 20), (1e-3, 4, 50),
@@ -48,18 +48,13 @@ def problems(layer, x, locations, generator):
     """The routing inputs of ``layer`` on its input ``x``, at sampled
     locations: ``(X_p, X_q, h1, h2, row, col, beta)``, flattened."""
     with torch.no_grad():
-        X_p, _ = layer._components(x)
-        s = layer._structures(X_p, layer._observed_p(x))
-        V_p, V_q = X_p.shape[-2], layer.num_parts
-        p = X_p.new_full((V_p, ), 1.0 / V_p)
-        q = X_p.new_full((V_q, ), 1.0 / V_q)
-        row, col, h1, h2 = gw_factors(s['C_p'], s['C_q'], p, q)
+        X_p, X_q, (row, col, h1, h2), beta = layer.routing_inputs(x)
         flat = X_p.flatten(0, 1), h1.flatten(0, 1), row.flatten(0, 1)
         pick = torch.randperm(flat[0].shape[0], generator=generator)
         pick = pick[:locations]
         X_p, h1, row = (t[pick].contiguous() for t in flat)
-        return (X_p, layer.subcapsules.detach().contiguous(), h1,
-                h2.contiguous(), row, col.contiguous(), s['beta'])
+        return (X_p, X_q.detach().contiguous(), h1, h2.contiguous(), row,
+                col.contiguous(), beta)
 
 
 def plans(inputs, eps, outer, inner, rounded=True):
@@ -72,15 +67,12 @@ def plans(inputs, eps, outer, inner, rounded=True):
 
 def distances(inputs, T):
     X_p, X_q, h1, h2, row, col, beta = inputs
-    terms = GWTerms(row[:, None, :, None] + col[None, :, None, :],
-                    h1.unsqueeze(1), h2.transpose(-1, -2))
+    terms = GWFactors(row[:, None], col, h1[:, None], h2).terms()
     return hgw_value(terms, cross_cost(X_p, X_q), T, beta)
 
 
 def compare(inputs, T_raw, T_ref, d_ref):
-    V_p, V_q = T_raw.shape[-2:]
-    p = T_raw.new_full((V_p, ), 1.0 / V_p)
-    q = T_raw.new_full((V_q, ), 1.0 / V_q)
+    p, q = uniform_marginals(*T_raw.shape[-2:], T_raw)
     T = round_to_polytope(T_raw, p, q)
     d = distances(inputs, T)
     return dict(

@@ -67,13 +67,13 @@ def pot_loop(C_p, C_q, K, beta, eps, outer, inner):
 
 def unrounded_row_error(C_p, C_q, K, V_p, **kw):
     """Row-marginal error of our iterates before the final rounding."""
-    import mmhgw.ot.hgw as hgw
-    rounding = hgw.round_to_polytope
-    hgw.round_to_polytope = lambda T, p, q: T
+    import mmhgw.ot.solver as solver
+    rounding = solver.round_to_polytope
+    solver.round_to_polytope = lambda T, p, q: T
     try:
         plan = hgw_distance(C_p, C_q, K, **kw).plan
     finally:
-        hgw.round_to_polytope = rounding
+        solver.round_to_polytope = rounding
     return (plan.sum(-1) - 1 / V_p).abs().max().item()
 
 

@@ -3,4 +3,4 @@
 # mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py.
 _base_ = ['../demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py']
 
-model = dict(backbone=dict(hgw_cfg=dict(ablation='B')))
+model = dict(backbone=dict(hgw_cfg=dict(reg_weight=0.0)))

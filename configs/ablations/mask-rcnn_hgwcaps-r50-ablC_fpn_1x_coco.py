@@ -4,4 +4,4 @@
 # else as mask-rcnn_hgwcaps-r50_fpn_1x_coco.py.
 _base_ = ['../mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py']
 
-model = dict(backbone=dict(hgw_cfg=dict(ablation='C')))
+model = dict(backbone=dict(hgw_cfg=dict(use_observed=False)))

@@ -4,4 +4,4 @@
 # Everything else as mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py.
 _base_ = ['../demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py']
 
-model = dict(backbone=dict(hgw_cfg=dict(ablation='C')))
+model = dict(backbone=dict(hgw_cfg=dict(use_observed=False)))

@@ -4,4 +4,4 @@
 # unet-hgwcaps-s5-d16_fcn_4xb4-20k_isic2018-512x512.py.
 _base_ = ['../unet/unet-hgwcaps-s5-d16_fcn_4xb4-20k_isic2018-512x512.py']
 
-model = dict(backbone=dict(hgw_cfg=dict(ablation='C')))
+model = dict(backbone=dict(hgw_cfg=dict(use_observed=False)))

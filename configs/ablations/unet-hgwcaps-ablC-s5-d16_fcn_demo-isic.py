@@ -4,4 +4,4 @@
 # else as unet-hgwcaps-s5-d16_fcn_demo-isic.py.
 _base_ = ['../demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py']
 
-model = dict(backbone=dict(hgw_cfg=dict(ablation='C')))
+model = dict(backbone=dict(hgw_cfg=dict(use_observed=False)))

@@ -153,10 +153,10 @@ class _Specification(nn.Module):
         self.with_pose_map = with_pose_map
 
     def forward(self, *inputs):
-        from mmhgw.ops.hgw_routing import _poses, hgw_routing_reference
+        from mmhgw.ops import hgw_routing_reference, pose_map
         dist, parts = hgw_routing_reference(*inputs[:7], chunk_entries=None,
                                             **self.options)
-        return dist, (_poses(parts, inputs[7]) if self.with_pose_map else
+        return dist, (pose_map(parts, inputs[7]) if self.with_pose_map else
                       parts)
 
 

@@ -1,11 +1,14 @@
-"""Operators with fused kernels (one module per op, kernels in ``csrc/``)."""
-from .hgw_routing import (BACKENDS, OP_NAME, cpp_available, cross_cost,
-                          hgw_routing, hgw_routing_decomposition,
-                          hgw_routing_reference, poisoned_problems,
-                          resolve_backend, triton_available)
+"""Operators with fused kernels (one module per op, kernels in ``csrc/``,
+the plain torch reference of each beside it)."""
+from .hgw_routing import (BACKENDS, OP_NAME, cpp_available, hgw_routing,
+                          hgw_routing_decomposition, resolve_backend,
+                          triton_available)
+from .hgw_routing_reference import (ROUTINGS, cross_cost,
+                                    hgw_routing_reference, poisoned_problems,
+                                    pose_map)
 
 __all__ = [
-    'BACKENDS', 'OP_NAME', 'cpp_available', 'cross_cost', 'hgw_routing',
-    'hgw_routing_decomposition', 'hgw_routing_reference',
-    'poisoned_problems', 'resolve_backend', 'triton_available'
+    'BACKENDS', 'OP_NAME', 'ROUTINGS', 'cpp_available', 'cross_cost',
+    'hgw_routing', 'hgw_routing_decomposition', 'hgw_routing_reference',
+    'poisoned_problems', 'pose_map', 'resolve_backend', 'triton_available'
 ]

@@ -1,22 +1,8 @@
 """HGW routing as one op: from embeddings and structure factors to the HGW
-distance and the barycentric parts of every (location, output type) pair.
-
-Per location ``m`` and output type ``n`` the op solves the HGW problem of
-paper Eq. 21 between the components ``X_p[m]`` [V_p, d] and the subcapsule
-``X_q[n]`` [V_q, d] by the proximal-point method (Eq. 25 / 25a, Algorithm 1),
-and returns
-
-- ``distance[m, n] = <L(C_p, C_q) (x) T + beta K, T>`` (Eq. 21, 24), and
-- ``parts[m, n] = V_q T^T X_p[m]`` [V_q, d], the barycentric projection of
-  the components onto the subcapsule's parts through the plan ``T``, or,
-  given a pose map ``W`` [N, V_q d, O], the poses ``vec(parts[m, n]) W[n]``
-  [O] (the capsule layer's; then the parts are not kept for backward).
-
-The structures enter through the factors of Peyre's decomposition
-(:func:`mmhgw.ot.gw_factors`): ``L (x) T = row 1^T + 1 col^T - h1 T h2^T``,
-with ``h1`` [M, V_p, V_p] and ``row`` [M, V_p] per location and ``h2``
-[N, V_q, V_q] and ``col`` [N, V_q] per output type. The cross cost
-``K = 1 - exp(-|x_i - y_j|^2 / d)`` is computed inside.
+distance and the barycentric parts (or poses) of every (location, output
+type) pair. What it computes is specified in plain torch by
+:mod:`mmhgw.ops.hgw_routing_reference`; this module holds the public op, the
+dispatch to the backends and the custom-op registration.
 
 Backends: ``'torch'`` (:func:`hgw_routing_reference`, the specification),
 ``'cpp'`` (``mmhgw._ext``, built by ``pip install -e .``) and ``'triton'``
@@ -36,23 +22,23 @@ decomposed into the reference (:func:`hgw_routing_decomposition`).
 Numerics, the same on every backend: the squared embedding distances are
 taken on embeddings scaled by powers of two (exact; finite for embeddings
 whose squares overflow); a problem with a NaN or infinite input gets a NaN
-plan, hence NaN outputs and gradients (:func:`poisoned_problems`); the op
+plan, hence NaN outputs and gradients
+(:func:`~mmhgw.ops.hgw_routing_reference.poisoned_problems`); the op
 is once differentiable (double backward raises an error naming it).
 """
 import math
 import os
 import warnings
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from mmhgw.ot.hgw import (CPU_CHUNK_ENTRIES, GWTerms, bound_distance,
-                          check_solver_options, hgw_value, plan_from_terms,
-                          power_of_two_scale, scaled_squared_distance)
+from .hgw_routing_reference import (TorchKernels, check_routing_args,
+                                    factor_args, hgw_routing_reference,
+                                    pose_map)
 
 BACKENDS = ('auto', 'torch', 'cpp', 'triton')
-ROUTINGS = ('hgw', 'uniform')
 
 _ext = None
 _ext_error: Optional[str] = None
@@ -81,164 +67,6 @@ def triton_available() -> bool:
     the Triton interpreter (``TRITON_INTERPRET=1``)."""
     from . import hgw_routing_triton
     return hgw_routing_triton.available()
-
-
-def cross_cost(X_p: Tensor, X_q: Tensor) -> Tensor:
-    """``K[m, n] = 1 - exp(-|X_p[m, i] - X_q[n, j]|^2 / d)`` [M, N, V_p, V_q]
-    (:func:`mmhgw.ot.bound_distance` with floor 0: the cross cost is never
-    logged), by one matrix product of the embeddings scaled by
-    :func:`mmhgw.ot.power_of_two_scale` (exact; no overflow for large
-    embeddings, see :func:`mmhgw.ot.scaled_squared_distance`)."""
-    M, V_p, d = X_p.shape
-    N, V_q, _ = X_q.shape
-    a, b = power_of_two_scale(X_p), power_of_two_scale(X_q)
-    X_p, X_q = X_p / a, X_q / b
-    dot = (X_p.reshape(-1, d) @ X_q.reshape(-1, d).T).view(
-        M, V_p, N, V_q).transpose(1, 2)
-    sq = scaled_squared_distance(X_p.pow(2).sum(-1).view(M, 1, V_p, 1),
-                                 X_q.pow(2).sum(-1).view(1, N, 1, V_q), dot,
-                                 a.view(M, 1, 1, 1), b.view(1, N, 1, 1))
-    return bound_distance(sq, d, floor=0.0)
-
-
-def _non_finite(*tensors: Tensor) -> Tensor:
-    """[M]: whether row m of any of ``tensors`` (leading dim M) holds a
-    non-finite entry."""
-    finite = [torch.isfinite(t).flatten(1).all(1) for t in tensors]
-    return ~torch.stack(finite).all(0)
-
-
-def poisoned_problems(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
-                      row: Tensor, col: Tensor,
-                      beta: Union[float, Tensor]) -> Tensor:
-    """[M, N]: the problems (m, n) with a NaN or infinite input (flattened
-    shapes, as :func:`hgw_routing_reference`). Every backend gives these a
-    NaN plan, hence NaN distances, parts and gradients, whatever the
-    arithmetic of the non-finite values would make of them."""
-    bad = (_non_finite(X_p, h1, row)[:, None] |
-           _non_finite(X_q, h2, col)[None, :])
-    if torch.is_tensor(beta):
-        return bad | ~torch.isfinite(beta).reshape(())
-    return bad | (not math.isfinite(beta))
-
-
-def _nan_where_poisoned(bad: Tensor, X_p, X_q, h1, h2, row, col,
-                        beta) -> Tensor:
-    """[M, N]: NaN for the poisoned problems ``bad``, 0 elsewhere, with a
-    gradient that is NaN in every input of a poisoned problem and 0 in the
-    others (the distance's own gradient would mask some: the cross cost's
-    clamp passes none where a squared distance is NaN)."""
-    def zeros(t):
-        return (t * 0).flatten(1).sum(1)
-
-    z = ((zeros(X_p) + zeros(h1) + zeros(row))[:, None] +
-         (zeros(X_q) + zeros(h2) + zeros(col))[None, :] + beta * 0)
-    return torch.where(bad, math.nan, 0.0) * z
-
-
-def hgw_routing_reference(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
-                          row: Tensor, col: Tensor, beta: Union[float,
-                                                                Tensor], *,
-                          eps: float, outer_iters: int, inner_iters: int,
-                          regularizer: str = 'proximal',
-                          routing: str = 'hgw',
-                          chunk_entries: Union[int, str, None] = 'auto'
-                          ) -> Tuple[Tensor, Tensor]:
-    """The specification of the op in plain torch (flattened shapes).
-
-    The plan comes from :func:`mmhgw.ot.plan_from_terms` without autograd;
-    the distance (Eq. 21) and the parts are then differentiable functions
-    of the inputs at that fixed plan, so autograd through this function is
-    the envelope gradient. A problem with a non-finite input gets a NaN
-    plan and a NaN gradient in each of its inputs
-    (:func:`poisoned_problems`). Materialises [M, N, V_p, V_q] tensors: use
-    it on few locations, or through :func:`hgw_routing`.
-
-    Args:
-        X_p: [M, V_p, d] components. X_q: [N, V_q, d] subcapsules.
-        h1: [M, V_p, V_p]. h2: [N, V_q, V_q]. row: [M, V_p]. col: [N, V_q]
-            (see :func:`mmhgw.ot.gw_factors`).
-        beta: weight of the cross cost (float or 0-dim tensor).
-        eps, outer_iters, inner_iters, regularizer: as
-            :func:`mmhgw.ot.hgw_distance`.
-        routing: ``'hgw'``, or ``'uniform'`` (plan ``p q^T``, no solve).
-        chunk_entries: as :func:`mmhgw.ot.plan_from_terms` (None: one
-            solve over all problems, e.g. for a graph export).
-
-    Returns:
-        ``(distance [M, N], parts [M, N, V_q, d])``.
-    """
-    V_p, V_q = X_p.shape[1], X_q.shape[1]
-    K = cross_cost(X_p, X_q)
-    terms = GWTerms(row[:, None, :, None] + col[None, :, None, :],
-                    h1.unsqueeze(1), h2.transpose(-1, -2).unsqueeze(0))
-    if routing == 'hgw':
-        p = K.new_full((V_p, ), 1.0 / V_p)
-        q = K.new_full((V_q, ), 1.0 / V_q)
-        with torch.no_grad():
-            T = plan_from_terms(
-                GWTerms(*(t.detach() for t in terms)), K.detach(),
-                beta.detach() if torch.is_tensor(beta) else beta, p, q,
-                eps=eps, outer_iters=outer_iters, inner_iters=inner_iters,
-                regularizer=regularizer, chunk_entries=chunk_entries)
-    else:
-        T = K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
-    with torch.no_grad():
-        bad = poisoned_problems(X_p, X_q, h1, h2, row, col, beta)
-        T = torch.where(bad[:, :, None, None], math.nan, T)
-    distance = hgw_value(terms, K, T, beta) + _nan_where_poisoned(
-        bad, X_p, X_q, h1, h2, row, col, beta)
-    # Columns of the plan sum to 1 / V_q, hence the factor V_q.
-    parts = V_q * torch.einsum('mnpq,mpd->mnqd', T, X_p)
-    return distance, parts
-
-
-def _location_chunks(M: int, N: int, V_p: int, V_q: int):
-    """Slices of locations holding about :data:`CPU_CHUNK_ENTRIES` plan
-    entries each: bounds the reference's temporaries (and keeps them in
-    cache on the CPU)."""
-    length = max(1, CPU_CHUNK_ENTRIES // max(1, N * V_p * V_q))
-    for start in range(0, M, length):
-        yield slice(start, min(M, start + length))
-
-
-class _TorchKernels:
-    """:func:`hgw_routing_reference` in chunks of locations; in backward it
-    solves again and differentiates the reference at the fixed plan."""
-
-    @staticmethod
-    def forward(X_p, X_q, h1, h2, row, col, beta, options):
-        N, V_q, d = X_q.shape
-        dist = X_p.new_empty(X_p.shape[0], N)
-        parts = X_p.new_empty(X_p.shape[0], N, V_q, d)
-        for s in _location_chunks(X_p.shape[0], N, X_p.shape[1], V_q):
-            dist[s], parts[s] = hgw_routing_reference(
-                X_p[s], X_q, h1[s], h2, row[s], col, beta, **options)
-        return dist, parts
-
-    @staticmethod
-    def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
-                 options, want_parts):
-        grads = [torch.zeros_like(t) for t in (X_p, X_q, h1, h2, row, col,
-                                               beta)]
-        N, V_q, _ = X_q.shape
-        parts = (X_p.new_empty(X_p.shape[0], N, V_q, X_q.shape[2])
-                 if want_parts else None)
-        for s in _location_chunks(X_p.shape[0], N, X_p.shape[1], V_q):
-            # torch.func, not torch.autograd: this runs inside the op's
-            # backward kernel, below the autograd dispatch.
-            (_, chunk_parts), vjp = torch.func.vjp(
-                lambda *inputs: hgw_routing_reference(*inputs, **options),
-                X_p[s], X_q, h1[s], h2, row[s], col, beta)
-            chunk = vjp((grad_dist[s], grad_parts[s]))
-            if want_parts:
-                parts[s] = chunk_parts
-            for i, g in enumerate(chunk):
-                if i in (0, 2, 4):  # per-location inputs
-                    grads[i][s] += g
-                else:
-                    grads[i] += g
-        return grads, parts
 
 
 def _kernel_args(options):
@@ -284,12 +112,7 @@ class _TritonKernels:
                                            *_kernel_args(options), want_parts)
 
 
-KERNELS = dict(torch=_TorchKernels, cpp=_CppKernels, triton=_TritonKernels)
-
-
-def _poses(parts: Tensor, pose_weight: Tensor) -> Tensor:
-    """``parts.flatten(-2) @ pose_weight[n]`` per type n: [..., N, O]."""
-    return torch.einsum('...nk,nko->...no', parts.flatten(-2), pose_weight)
+KERNELS = dict(torch=TorchKernels, cpp=_CppKernels, triton=_TritonKernels)
 
 
 def _kernel_layout(X_p, X_q, h1, h2, row, col):
@@ -337,7 +160,7 @@ def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
         kernels = KERNELS[resolve_backend(backend, X_p.device)]
         dist, parts = kernels.forward(
             *_kernel_layout(X_p, X_q, h1, h2, row, col), beta, options)
-    out = parts if pose_weight is None else _poses(parts, pose_weight)
+    out = parts if pose_weight is None else pose_map(parts, pose_weight)
     return dist.view(*lead, N), out.view(*lead, *out.shape[1:])
 
 
@@ -349,7 +172,7 @@ def _routing_fake(X_p, X_q, h1, h2, row, col, beta, pose_weight, eps,
     M = math.prod(lead)
     parts = X_p.new_empty(M, N, V_q, d)
     # The poses in the layout the einsum gives them.
-    out = parts if pose_weight is None else _poses(parts, pose_weight)
+    out = parts if pose_weight is None else pose_map(parts, pose_weight)
     return (X_p.new_empty(M, N).view(*lead, N),
             out.view(*lead, *out.shape[1:]))
 
@@ -412,7 +235,7 @@ def hgw_routing_decomposition(X_p, X_q, h1, h2, row, col, beta, pose_weight,
         *_kernel_layout(X_p, X_q, h1, h2, row, col), beta, eps=eps,
         outer_iters=outer_iters, inner_iters=inner_iters,
         regularizer=regularizer, routing=routing, chunk_entries=None)
-    out = parts if pose_weight is None else _poses(parts, pose_weight)
+    out = parts if pose_weight is None else pose_map(parts, pose_weight)
     return dist.reshape(*lead, N), out.reshape(*lead, *out.shape[1:])
 
 
@@ -514,58 +337,15 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _check(X_p, X_q, h1, h2, row, col, beta, eps, outer_iters, inner_iters,
-           regularizer, routing, backend, pose_weight):
-    if routing not in ROUTINGS:
-        raise ValueError(f'routing must be one of {ROUTINGS}, got '
-                         f'{routing!r}')
-    if backend not in BACKENDS:
-        raise ValueError(f'backend must be one of {BACKENDS}, got '
-                         f'{backend!r}')
-    check_solver_options(eps=eps, outer_iters=outer_iters,
-                         inner_iters=inner_iters, regularizer=regularizer)
-    if X_p.dim() < 2 or X_q.dim() != 3:
-        raise ValueError(f'X_p must be [..., V_p, d] and X_q [N, V_q, d], '
-                         f'got {tuple(X_p.shape)} and {tuple(X_q.shape)}')
-    lead, (V_p, d) = X_p.shape[:-2], X_p.shape[-2:]
-    N, V_q, d_q = X_q.shape
-    expected = dict(X_q=(N, V_q, d), h1=lead + (V_p, V_p), h2=(N, V_q, V_q),
-                    row=lead + (V_p, ), col=(N, V_q))
-    for name, t in (('X_q', X_q), ('h1', h1), ('h2', h2), ('row', row),
-                    ('col', col)):
-        if tuple(t.shape) != tuple(expected[name]):
-            raise ValueError(f'{name} must have shape '
-                             f'{tuple(expected[name])} for X_p of shape '
-                             f'{tuple(X_p.shape)} and X_q of shape '
-                             f'{tuple(X_q.shape)}, got {tuple(t.shape)}')
-    if min(V_p, V_q, d) < 1:
-        raise ValueError(f'V_p, V_q and d must be >= 1, got {V_p}, {V_q}, '
-                         f'{d}')
-    if torch.is_tensor(beta) and beta.numel() != 1:
-        raise ValueError(f'beta must be a number or a one-element tensor, '
-                         f'got shape {tuple(beta.shape)}')
-    tensors = [X_p, X_q, h1, h2, row, col]
-    if pose_weight is not None:
-        if (pose_weight.dim() != 3
-                or tuple(pose_weight.shape[:2]) != (N, V_q * d)
-                or pose_weight.shape[2] < 1):
-            raise ValueError(f'pose_weight must have shape (N, V_q * d, O) = '
-                             f'({N}, {V_q * d}, O) for X_q of shape '
-                             f'{tuple(X_q.shape)}, got '
-                             f'{tuple(pose_weight.shape)}')
-        tensors.append(pose_weight)
-    devices = {t.device for t in tensors}
-    if len(devices) > 1:
-        raise ValueError(f'all inputs must be on one device, got {devices}')
-
-
-def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
-                row: Tensor, col: Tensor, beta: Union[float, Tensor], *,
-                eps: float = 1e-3, outer_iters: int, inner_iters: int,
+def hgw_routing(X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3,
+                outer_iters: int, inner_iters: int,
                 regularizer: str = 'proximal', routing: str = 'hgw',
                 backend: str = 'auto',
                 pose_weight: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """HGW distances and barycentric parts of every (location, type) pair.
+    """HGW distances and barycentric parts of every (location, type) pair:
+    ``hgw_routing(X_p, X_q, factors, beta, *, ...)``, or with the factors in
+    the kernels' flat order ``hgw_routing(X_p, X_q, h1, h2, row, col, beta,
+    *, ...)``.
 
     Runs the custom op ``mmhgw::hgw_routing`` (one node under
     ``torch.compile``, ``torch.export`` and ``torch.jit.trace``).
@@ -573,9 +353,10 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
     Args:
         X_p: [..., V_p, d] components, one set per location.
         X_q: [N, V_q, d] subcapsules, one per output type.
-        h1: [..., V_p, V_p], row: [..., V_p] per location; h2: [N, V_q, V_q],
-            col: [N, V_q] per output type: the factors of
-            :func:`mmhgw.ot.gw_factors` for ``C_p`` and ``C_q``.
+        factors: :class:`mmhgw.ot.GWFactors` of ``C_p`` and ``C_q``
+            (:func:`mmhgw.ot.gw_factors`): ``row`` [..., V_p] and ``h1``
+            [..., V_p, V_p] per location, ``col`` [N, V_q] and ``h2``
+            [N, V_q, V_q] per output type.
         beta: weight of the cross cost (Eq. 21), a number or a one-element
             tensor (kept a tensor: no host synchronisation).
         eps, outer_iters, inner_iters, regularizer: the solver (see
@@ -584,30 +365,37 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
         backend: ``'auto'``, ``'torch'``, ``'cpp'`` or ``'triton'``
             (resolved where the op runs, see :func:`resolve_backend`).
         pose_weight: optional [N, V_q * d, O], a linear map per type: the
-            op then returns the poses ``parts.flatten(-2) @ pose_weight[n]``
-            [..., N, O] instead of the parts, and keeps no parts for
-            backward (it gets them from the plans it solves there).
+            op then returns the poses (:func:`pose_map`) [..., N, O] instead
+            of the parts, and keeps no parts for backward (it gets them from
+            the plans it solves there).
 
     Numerics: float32 and float64 run as given; 16-bit inputs are solved in
-    float32 (at ``eps = 1e-3`` a 16-bit log-kernel loses the plan) and the
+    float32 (a 16-bit log-kernel loses the plan at small eps) and the
     outputs cast back. A problem (m, n) with a NaN or infinite input gets
     NaN outputs and gradients on every backend
-    (:func:`poisoned_problems`); large finite embeddings give finite
-    outputs (:func:`cross_cost`). The op is once differentiable: double
-    backward raises.
+    (:func:`~.hgw_routing_reference.poisoned_problems`); large finite
+    embeddings give finite outputs
+    (:func:`~.hgw_routing_reference.cross_cost`). The op is once
+    differentiable: double backward raises.
 
     Returns:
         ``(distance [..., N], parts [..., N, V_q, d])``, or
         ``(distance, poses [..., N, O])`` with ``pose_weight``.
     """
-    _check(X_p, X_q, h1, h2, row, col, beta, eps, outer_iters, inner_iters,
-           regularizer, routing, backend, pose_weight)
+    factors, beta = factor_args(args)
+    if backend not in BACKENDS:
+        raise ValueError(f'backend must be one of {BACKENDS}, got '
+                         f'{backend!r}')
+    check_routing_args(X_p, X_q, factors, beta, pose_weight, routing=routing,
+                       eps=eps, outer_iters=outer_iters,
+                       inner_iters=inner_iters, regularizer=regularizer)
     out_dtype = X_p.dtype
     dtype = torch.promote_types(out_dtype, torch.float32)
     if not torch.is_tensor(beta):
         beta = torch.tensor(float(beta))
     beta = beta.reshape(()).to(device=X_p.device, dtype=dtype)
-    inputs = tuple(t.to(dtype) for t in (X_p, X_q, h1, h2, row, col))
+    inputs = tuple(t.to(dtype) for t in (X_p, X_q, factors.h1, factors.h2,
+                                         factors.row, factors.col))
     if pose_weight is not None:
         pose_weight = pose_weight.to(dtype)
     dist, out = torch.ops.mmhgw.hgw_routing(

@@ -66,15 +66,15 @@ def test_hgw_cfg_override_names_the_keys_that_work(config, places):
 
 def test_file_variables_and_unknown_keys_are_refused_together():
     message = refusal(DEMO_DET, '--cfg-options', 'data_root=/data',
-                      'train_pipeline.2.scale=(64,64)', 'outer_iters=2',
+                      'train_pipeline.2.scale=(64,64)', 'warmup_iters=2',
                       'optim_wraper.lr=0.1', 'train_cfg.max_iters=3')
     assert 'data_root: `data_root` is a variable' in message
     for loader in ('train', 'val', 'test'):
         assert f'  {loader}_dataloader.dataset.data_root\n' in message
     assert '  train_dataloader.dataset.pipeline.2.scale\n' in message
-    assert 'outer_iters: `outer_iters` is not a key of this config' in \
+    assert 'warmup_iters: `warmup_iters` is not a key of this config' in \
         message
-    assert '  model.backbone.hgw_cfg.outer_iters\n' in message
+    assert '  custom_hooks.0.warmup_iters\n' in message
     assert 'optim_wraper.lr: `optim_wraper` is not a key' in message
     assert '  optim_wrapper' in message
     assert 'train_cfg.max_iters' not in message  # a key that works

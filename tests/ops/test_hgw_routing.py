@@ -444,3 +444,34 @@ def test_opcheck(pose_map):
               if pose_map else None)
     args = (*inputs, weight, 1e-2, 2, 2, 'proximal', 'hgw', 'auto')
     torch.library.opcheck(torch.ops.mmhgw.hgw_routing.default, args)
+
+
+@pytest.mark.parametrize('backend', ['torch', 'auto'])
+def test_factors_record_and_flat_order_give_the_same_op(backend):
+    """``(X_p, X_q, GWFactors(row, col, h1, h2), beta)`` is the op of the
+    kernels' flat order ``(X_p, X_q, h1, h2, row, col, beta)``, in values
+    and gradients, for the op and for its reference."""
+    from mmhgw.ot import GWFactors
+    options = dict(eps=1e-2, outer_iters=2, inner_iters=3)
+    results = []
+    for record in (False, True):
+        X_p, X_q, h1, h2, row, col, beta = make_inputs(
+            3, 2, 5, 4, 3, torch.float64)
+        args = ((GWFactors(row, col, h1, h2), beta) if record else
+                (h1, h2, row, col, beta))
+        dist, parts = hgw_routing(X_p, X_q, *args, backend=backend,
+                                  **options)
+        ref = hgw_routing_reference(X_p, X_q, *args, **options)
+        (dist.sum() + parts.square().sum()).backward()
+        results.append((dist, parts, *ref,
+                        *(t.grad for t in (X_p, X_q, h1, h2, row, col))))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_wrong_number_of_factor_arguments_is_a_type_error():
+    X_p, X_q, h1, h2, row, col, beta = make_inputs(3, 2, 5, 4, 3,
+                                                   torch.float32)
+    with pytest.raises(TypeError, match='GWFactors'):
+        hgw_routing(X_p, X_q, h1, h2, row, beta, outer_iters=1,
+                    inner_iters=1)

@@ -383,7 +383,7 @@ def test_chunked_solve_equals_one_solve(grad, chunk_entries):
 
 
 def test_chunk_split_picks_largest_axis_and_bounds_chunk_size():
-    from mmhgw.ot.hgw import _chunk_split
+    from mmhgw.ot.solver import _chunk_split
     assert _chunk_split(torch.Size([2, 100, 8]), 16, None) is None
     assert _chunk_split(torch.Size([2, 100, 8]), 16, 10**6) is None
     axis, length = _chunk_split(torch.Size([2, 100, 8]), 16, 1000)

@@ -38,8 +38,7 @@ def layer_statistics(layer, x) -> dict:
         row_entropy = -(rows * rows.clamp_min(1e-30).log()).sum(-1)
         act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
                         layer.temperature)
-        K = layer._cross_cost(r['components'])
-        reg = layer._regulariser(layer._structures(r['components']))
+        K = r['cross_cost']
         return dict(
             row_entropy=(row_entropy / math.log(plan.shape[-1])).mean().item(),
             active_types=(act > 0.5).float().sum(-1).mean().item(),
@@ -48,7 +47,7 @@ def layer_statistics(layer, x) -> dict:
             saturated_cross_cost=(K > 0.99).float().mean().item(),
             component_sq=r['components'].pow(2).mean().item(),
             subcapsule_sq=layer.subcapsules.pow(2).mean().item(),
-            regulariser=reg.item())
+            regulariser=r['regulariser'].item())
 
 
 def section_of(name: str, capsule_names) -> str:

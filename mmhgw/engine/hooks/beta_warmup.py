@@ -25,8 +25,9 @@ class HGWBetaWarmupHook(Hook):
     the training iteration: before iteration ``u`` each layer gets
     ``beta = final * min(1, u / warmup_iters)``, where ``final`` is the
     layer's own ``beta_final`` unless ``final_beta`` overrides it. Under
-    ablation C beta is only the Wasserstein weight (the structures use the
-    embeddings alone) and ramps as in the other variants. Being a function
+    ablation C (``use_observed=False``) beta is only the Wasserstein weight
+    (the structures use the embeddings alone) and ramps as in the other
+    variants. Being a function
     of the iteration, the schedule resumes exactly.
 
     After each iteration the mean regulariser E and mean HGW distance over

@@ -1,132 +1,32 @@
 """The HGW capsule layer: a drop-in for a k x k convolution (paper Sec. 3-4,
 Fig. 2, Eq. 18, Eq. 21, Eq. reg, Algorithm 1)."""
-import itertools
 import math
-from contextlib import nullcontext
 from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_conv_layer
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from mmhgw.ops import BACKENDS, cross_cost, hgw_routing
-from mmhgw.ot import (check_solver_options, embedding_distance, gw_factors,
-                      gw_terms, hgw_distance, hgw_value, mix_structure,
-                      safe_log)
+from mmhgw.ops import (BACKENDS, ROUTINGS, cross_cost, hgw_routing,
+                       hgw_routing_reference, pose_map)
+from mmhgw.ot import GWFactors
 from mmhgw.registry import MODELS
 from .aux_loss import attach_aux_loss
-
-ROUTINGS = ('hgw', 'uniform')
-ABLATIONS = (None, 'A', 'B', 'C')
-OBSERVED = ('coactivation', 'counts')
-REG_SCOPES = ('network', 'layer')
+from .hgw_caps_args import (build_solver_cfg, check_checkpoint_beta,
+                            check_layer_args, resolve_legacy)
+from .hgw_caps_structures import (RoutingInputs, Structures, layer_structures,
+                                  observed_input, regulariser)
+from .precision import autocast_off, narrower_than_float32, restore_float32
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
 SAFE_NORM_EPS = 1e-6
 
 #: Whether the warning of ``HGWCaps._loss_scale`` was given.
 _WARNED_UNSCALED = False
-
-
-def presence(capsules: Tensor, dim: int = -1) -> Tensor:
-    """How present each capsule is: ``a = s / (1 + s)`` in ``[0, 1)``, with
-    ``s = ||x||^2 / d`` the squared length per dimension of the capsule
-    vectors along ``dim`` (which is reduced)."""
-    # Clamped so that capsules whose squares overflow are fully present
-    # (inf / inf would be NaN); finite s is unchanged.
-    s = capsules.pow(2).mean(dim).clamp_max(torch.finfo(capsules.dtype).max)
-    return s / (1 + s)
-
-
-def zipf_structure(parts: Tensor) -> Tensor:
-    """Observed structure ``C_obs`` of a set of capsule parts (paper Eq. 18).
-
-    ``c_ij = 1 / (w_ij + 1)`` with interaction count ``w_ij = a_i a_j``, the
-    co-activation of parts ``i`` and ``j``, ``a`` their :func:`presence`.
-    Parts that are both fully present interact once (c = 1/2); an absent
-    part has no interaction (c = 1). So ``C_obs`` lies in ``(1/2, 1]``:
-    bounded and positive, as the KL loss needs, and a deterministic function
-    of the input (no sampling), hence deterministic in eval mode.
-
-    Args:
-        parts: [..., V, d].
-
-    Returns:
-        [..., V, V].
-    """
-    a = presence(parts)
-    return 1 / (1 + a.unsqueeze(-1) * a.unsqueeze(-2))
-
-
-def count_structure(x: Tensor, types: int, kernel_size, stride=1, padding=0,
-                    dilation=1) -> Tensor:
-    """Observed structure ``C_obs`` of every k x k patch of an input
-    capsule map, from interaction counts (paper Eq. 18).
-
-    ``w_ij`` counts the positions of the patch where input capsule types
-    ``i`` and ``j`` are both present, softly: ``w_ij = sum_r a_i(r) a_j(r)``
-    over the patch positions ``r``, with ``a`` the :func:`presence` of the
-    input capsules (their lengths); ``c_ij = 1 / (w_ij + 1)``, 1 where no
-    position holds both (padding holds nothing). ``w`` lies in
-    ``[0, k * k]``, so ``C_obs`` in ``[1 / (k * k + 1), 1]``. The counts are
-    observations of the data: computed without gradient.
-
-    Args:
-        x: [B, types * dim, H, W] type-major input capsules.
-        types: input capsule types (V).
-        kernel_size, stride, padding, dilation: the patch grid, as
-            ``nn.Conv2d`` (so the output locations are the layer's).
-
-    Returns:
-        [B, H' * W', V, V].
-    """
-    with torch.no_grad():
-        B, C, H, W = x.shape
-        a = presence(x.view(B, types, C // types, H, W), dim=2)
-        patches = F.unfold(a, kernel_size, dilation=dilation,
-                           padding=padding, stride=stride)
-        patches = patches.view(B, types, -1, patches.shape[-1])
-        counts = torch.einsum('birl,bjrl->blij', patches, patches)
-        return 1 / (1 + counts)
-
-
-def kl_off_diagonal(A: Tensor, B: Tensor) -> Tensor:
-    """``L(A, B)`` of paper Eq. reg, averaged over problems and over the
-    off-diagonal entries of the [..., V, V] matrices.
-
-    The diagonal is left out: an embedding's distance to itself sits at the
-    distance floor while ``C_obs`` has ``1 / (1 + a_i^2) >= 1/2`` there, a
-    constant offset of about 0.5 per entry with zero gradient (a part does
-    not interact with itself) that would only swamp the logged value.
-    With ``V = 1`` there is no off-diagonal entry and the loss is 0.
-    """
-    V = A.shape[-1]
-    if V < 2:
-        # A single part has no off-diagonal entry: nothing to regularise
-        # (averaging over V (V - 1) = 0 entries would give NaN).
-        return A.new_zeros(())
-    off = ~torch.eye(V, dtype=torch.bool, device=A.device)
-    per_entry = A * (safe_log(A) - safe_log(B)) - A + B
-    return (per_entry * off).sum((-1, -2)).mean() / (V * (V - 1))
-
-
-def _narrower_than_float32(dtype: torch.dtype) -> bool:
-    return dtype.is_floating_point and torch.finfo(dtype).bits < 32
-
-
-def _autocast_off(device_type: str):
-    """Under AMP, autocast would run the solver's products in 16 bits."""
-    try:
-        enabled = torch.is_autocast_enabled(device_type)
-    except RuntimeError:  # a device type autocast does not know ('meta')
-        return nullcontext()
-    return torch.autocast(device_type, enabled=False) if enabled \
-        else nullcontext()
 
 
 @MODELS.register_module()
@@ -157,7 +57,7 @@ class HGWCaps(BaseModule):
     5. Pose: the barycentric projection of the components onto the
        subcapsule's parts through the plan, ``V_q T^T X_p`` [V_q, part_dim],
        mapped to ``out_dim`` by a learned per-type linear map (inside the
-       fused op, so that the parts, 8x a 256-channel output, are not kept
+       fused op, so that the parts, larger than the output, are not kept
        for backward) and rescaled to length ``a_n`` (safe norm).
     6. In training, the regulariser ``E = reg_weight * (L(K_pp, C_obs_p) +
        L(K_qq, C_obs_q))`` (Eq. reg; KL loss averaged over off-diagonal
@@ -186,19 +86,13 @@ class HGWCaps(BaseModule):
             positive ints; with ``in_types`` or ``num_parts`` 1 the
             structure of that side has no off-diagonal entry and its term
             of the regulariser is 0.
-        eps: proximal step of the solver (paper: 1e-3). In the proximal
-            point method eps is the step size, not a blur: every eps has the
-            same fixed points (stationary points of Eq. 21), and 1e-2
-            reaches them in far fewer iterations. Measured
-            (``bench/bench_convergence.py``): at eps 1e-2 with 3 x 10
-            iterations rounding moves 1-3% of the plan's mass and 95-96%
-            of row argmaxes agree with the converged plan, which itself
-            agrees with the converged plan at eps 1e-3 on ~97% of them; the
-            paper's eps at 2 x 3 iterations moved 46-83% and agreed on
-            52-73%.
-        outer_iters, inner_iters: proximal steps and Sinkhorn iterations
-            per step (defaults: the measured choice above).
-        grad: ``'envelope'`` or ``'unroll'`` (see ``hgw_distance``).
+        solver_cfg: dict of the solver (as mmdet's ``norm_cfg``): ``eps``
+            (the proximal step; paper: 1e-3), ``outer_iters``,
+            ``inner_iters``, ``grad`` (``'envelope'`` or ``'unroll'``) and
+            ``regularizer`` (``'proximal'``, or ``'entropic'``: ablation A),
+            as :func:`mmhgw.ot.hgw_distance`. Missing keys take
+            :data:`~.hgw_caps_args.SOLVER_DEFAULTS` (why: README, "What the
+            plan is, and is not"); unknown keys raise.
         beta: final weight of the embeddings in the structures and of the
             Wasserstein term (Eq. 21, one weight as in the paper); the
             current value is the buffer ``beta``, ramped by
@@ -206,7 +100,14 @@ class HGWCaps(BaseModule):
         reg_weight: lambda of Eq. reg (paper: 10); finite, >= 0.
         routing: ``'hgw'``, or ``'uniform'`` (plan fixed to ``p q^T``: no
             optimal transport, the baseline routing must beat).
-        solver_regularizer: ``'proximal'`` (paper) or ``'entropic'``.
+        use_observed: False for the paper's ablation C: no observed
+            structure anywhere. Both structures are the embeddings' alone,
+            ``C = K(X, X)`` (the paper's mixing weight 1), and E's target is
+            Eq. 18 with no interaction observed, ``c_ij = 1`` (E keeps its
+            weight; ``reg_weight=0`` removes it: ablation B). The
+            Wasserstein weight stays ``beta`` (ramped to its final value as
+            in the other variants), so only the use of observed data
+            changes.
         observed: the observed structure ``C_obs`` of the input domain
             (Eq. 18). ``'coactivation'``: ``w_ij = a_i a_j`` from the
             presence of the components themselves
@@ -216,17 +117,6 @@ class HGWCaps(BaseModule):
             (:func:`count_structure`): observed in the input, not in the
             learned embeddings. The subcapsules' parts are learned, with no
             data to observe: their ``C_obs`` is their co-activation in both.
-        ablation: the paper's ablations (Sec. Q4), each changing one thing:
-            ``'A'``: the solver's proximal KL term becomes the entropic
-            regulariser H(T) (``solver_regularizer='entropic'``).
-            ``'B'``: no regulariser E (``reg_weight=0``).
-            ``'C'``: no observed structure anywhere. Both structures are
-            the embeddings' alone, ``C = K(X, X)`` (the paper's mixing
-            weight 1), and E's target is Eq. 18 with no interaction
-            observed, ``c_ij = 1`` (E keeps its weight; B removes it). The
-            Wasserstein weight stays ``beta`` (ramped to its final value as
-            in the other variants), so only the use of observed data
-            changes.
         temperature: of the activation; finite, > 0.
         reg_scope: what E trains. ``'network'``: E's gradient flows
             through the components into the layer's input, hence into every
@@ -238,10 +128,12 @@ class HGWCaps(BaseModule):
             ``'auto'`` (C++ on the CPU, Triton on CUDA, else the torch
             reference with a warning), ``'cpp'``, ``'triton'`` or
             ``'torch'``; see :func:`mmhgw.ops.hgw_routing`. With
-            ``grad='unroll'`` the layer differentiates through the torch
-            solver's iterations instead.
+            ``solver_cfg['grad'] == 'unroll'`` the layer differentiates
+            through the iterations of the torch reference instead.
         conv_cfg: config of the component convolution (default Conv2d).
         init_cfg: mmengine initialisation config.
+        **legacy: the previous release's arguments, deprecated (see
+            :func:`~.hgw_caps_args.resolve_legacy`).
     """
 
     def __init__(self,
@@ -257,83 +149,35 @@ class HGWCaps(BaseModule):
                  out_types: int = 32,
                  num_parts: int = 8,
                  part_dim: int = 8,
-                 eps: float = 1e-2,
-                 outer_iters: int = 3,
-                 inner_iters: int = 10,
-                 grad: str = 'envelope',
+                 solver_cfg: Optional[dict] = None,
                  beta: float = 0.5,
                  reg_weight: float = 10.0,
                  routing: str = 'hgw',
-                 solver_regularizer: str = 'proximal',
-                 ablation: Optional[str] = None,
+                 use_observed: bool = True,
                  observed: str = 'coactivation',
                  temperature: float = 0.1,
                  reg_scope: str = 'network',
                  backend: str = 'auto',
                  conv_cfg: Optional[dict] = None,
-                 init_cfg: Optional[dict] = None):
+                 init_cfg: Optional[dict] = None,
+                 **legacy):
         super().__init__(init_cfg=init_cfg)
-        for name, value in (('in_types', in_types), ('out_types', out_types),
-                            ('num_parts', num_parts),
-                            ('part_dim', part_dim)):
-            if isinstance(value, bool) or not isinstance(value, int) \
-                    or value < 1:
-                raise ValueError(f'{name} must be a positive int, '
-                                 f'got {value!r}')
-        if groups != 1:
-            raise ValueError(f'groups must be 1 for HGWCaps (capsule types '
-                             f'replace channel groups), got {groups}')
-        for name, total, types in (('in_channels', in_channels, in_types),
-                                   ('out_channels', out_channels, out_types)):
-            if types < 1 or total % types:
-                raise ValueError(
-                    f'{name}={total} must be divisible by '
-                    f'{name.split("_")[0]}_types={types}')
-        if routing not in ROUTINGS:
-            raise ValueError(f'routing must be one of {ROUTINGS}, '
-                             f'got {routing!r}')
-        if reg_scope not in REG_SCOPES:
-            raise ValueError(f'reg_scope must be one of {REG_SCOPES}, '
-                             f'got {reg_scope!r}')
-        if ablation not in ABLATIONS:
-            raise ValueError(f'ablation must be one of {ABLATIONS}, '
-                             f'got {ablation!r}')
-        if observed not in OBSERVED:
-            raise ValueError(f'observed must be one of {OBSERVED}, '
-                             f'got {observed!r}')
-        if not 0 <= beta <= 1:
-            raise ValueError(f'beta must be in [0, 1], got {beta}')
-        if backend not in BACKENDS:
-            raise ValueError(f'backend must be one of {BACKENDS}, '
-                             f'got {backend!r}')
-        # Written so that NaN fails too (every comparison with NaN is False).
-        if not 0 < temperature < math.inf:
-            raise ValueError(f'temperature must be a positive finite '
-                             f'number, got {temperature}')
-        if not 0 <= reg_weight < math.inf:
-            raise ValueError(f'reg_weight must be a finite number >= 0, '
-                             f'got {reg_weight}')
-        if ablation == 'A':
-            solver_regularizer = 'entropic'
-        elif ablation == 'B':
-            reg_weight = 0.0
-        #: False under ablation C: no observed structure (see _structures).
-        self.use_observed = ablation != 'C'
+        solver_cfg, reg_weight, use_observed = resolve_legacy(
+            solver_cfg, reg_weight, use_observed, legacy)
+        check_layer_args(in_channels, out_channels, groups, in_types,
+                         out_types, num_parts, part_dim, beta, reg_weight,
+                         routing, ROUTINGS, use_observed, observed,
+                         temperature, reg_scope, backend, BACKENDS)
+        # Fail at build time, not at the first forward.
+        self.solver_cfg = build_solver_cfg(solver_cfg)
+        self.use_observed = use_observed
         self.observed = observed
         self.in_channels, self.out_channels = in_channels, out_channels
         self.in_types, self.out_types = in_types, out_types
         self.out_dim = out_channels // out_types
         self.num_parts, self.part_dim = num_parts, part_dim
-        self.solver_cfg = dict(eps=eps, outer_iters=outer_iters,
-                               inner_iters=inner_iters, grad=grad,
-                               regularizer=solver_regularizer)
-        # Fail at build time, not at the first forward.
-        check_solver_options(eps=eps, outer_iters=outer_iters,
-                             inner_iters=inner_iters, grad=grad,
-                             regularizer=solver_regularizer)
         self.routing = routing
         self.backend = backend
-        self.ablation = ablation
         self.reg_weight = float(reg_weight)
         self.reg_scope = reg_scope
         self.temperature = float(temperature)
@@ -361,8 +205,9 @@ class HGWCaps(BaseModule):
         return (f'{self.in_channels}, {self.out_channels}, '
                 f'types={self.in_types}->{self.out_types}, '
                 f'parts={self.num_parts}x{self.part_dim}, '
-                f'routing={self.routing}, ablation={self.ablation}, '
-                f'observed={self.observed}')
+                f'routing={self.routing}, observed={self.observed}, '
+                f'use_observed={self.use_observed}, '
+                f'regularizer={self.solver_cfg["regularizer"]}')
 
     def _components(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
         """Components X_p [B, L, V_p, d] and the output grid (H', W')."""
@@ -372,116 +217,69 @@ class HGWCaps(BaseModule):
                          H * W).permute(0, 3, 1, 2)
         return X_p, (H, W)
 
+    def _structures(self, X_p: Tensor,
+                    obs_p: Optional[Tensor] = None) -> Structures:
+        """:func:`layer_structures` of components X_p [B, L, V_p, d]."""
+        return layer_structures(X_p, self.subcapsules,
+                                self.beta.to(X_p.dtype), obs_p,
+                                self.use_observed, self.observed)
+
     def _observed_p(self, x: Tensor) -> Optional[Tensor]:
-        """``C_obs`` of the input patches [B, L, V_p, V_p] when it is
-        observed in the input x (``observed='counts'``), else None."""
-        if not (self.use_observed and self.observed == 'counts'):
-            return None
-        e = self.embed
-        return count_structure(x, self.in_types, e.kernel_size, e.stride,
-                               e.padding, e.dilation).to(x.dtype)
+        """:func:`observed_input` of the layer's input x."""
+        return observed_input(x, self.in_types, self.embed,
+                              self.use_observed, self.observed)
 
-    def _observed_q(self) -> Tensor:
-        """``C_obs`` of the subcapsules' parts [N, V_q, V_q] (Eq. 18)."""
-        X_q = self.subcapsules
-        if not self.use_observed:  # ablation C: no interaction observed
-            return X_q.new_ones(()).expand(X_q.shape[0], X_q.shape[1],
-                                           X_q.shape[1])
-        return zipf_structure(X_q)
-
-    def _structures(self, X_p: Tensor, obs_p: Optional[Tensor] = None
-                    ) -> dict:
-        """The structures of Eq. 21 for components X_p [B, L, V_p, d]:
-        ``C_p`` [B, L, V_p, V_p], ``C_q`` [N, V_q, V_q], ``beta`` (the
-        Wasserstein weight), and the regulariser's ``K_pp``, ``obs_p``,
-        ``K_qq``, ``obs_q`` (its targets).
-
-        ``obs_p``: the input's observed structure from :meth:`_observed_p`
-        (for the same locations as X_p) when ``observed='counts'``.
-        Ablation C uses no observed structure: ``C = K(X, X)`` and the
-        targets are all ones (Eq. 18 with nothing observed).
-        """
-        X_q = self.subcapsules
-        K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
-        K_qq = embedding_distance(X_q, X_q)  # [N, Vq, Vq]
-        beta = self.beta.to(X_p.dtype)
-        obs_q = self._observed_q()
-        if not self.use_observed:
-            obs_p = K_pp.new_ones(()).expand_as(K_pp)
-            C_p, C_q = K_pp, K_qq
-        else:
-            if obs_p is None:
-                if self.observed == 'counts':
-                    raise ValueError("observed='counts' needs the input's "
-                                     'observed structure (obs_p)')
-                obs_p = zipf_structure(X_p)
-            C_p = mix_structure(obs_p, K_pp, beta)
-            C_q = mix_structure(obs_q, K_qq, beta)
-        return dict(C_p=C_p, C_q=C_q, beta=beta, K_pp=K_pp, obs_p=obs_p,
-                    K_qq=K_qq, obs_q=obs_q)
+    def _routing_terms(self, X_p: Tensor, obs_p: Optional[Tensor],
+                       want_reg: bool, X_reg: Optional[Tensor] = None
+                       ) -> Tuple[GWFactors, Optional[Tensor]]:
+        """The factors and the regulariser E (None unless ``want_reg``) of
+        the components X_p [B, L, V_p, d]."""
+        s = self._structures(X_p, obs_p)
+        reg = regulariser(s, self.reg_weight, X_reg) if want_reg else None
+        return s.factors(), reg
 
     def _cross_cost(self, X_p: Tensor) -> Tensor:
-        """``K(X_p, X_q[n])`` [B, L, N, V_p, V_q] (for :meth:`route` and the
-        unrolled path; the fused op computes it per location)."""
+        """``K(X_p, X_q[n])`` [B, L, N, V_p, V_q] (for :meth:`route`; the
+        routing op computes it per location)."""
         B, L, V_p, d = X_p.shape
         K = cross_cost(X_p.reshape(B * L, V_p, d), self.subcapsules)
         return K.view(B, L, *K.shape[1:])
 
-    def _routing_terms(self, X_p: Tensor, obs_p: Optional[Tensor],
-                       want_reg: bool, X_reg: Optional[Tensor] = None):
-        """The routing op's structure factors ``(row, col, h1, h2)`` (see
-        :func:`mmhgw.ot.gw_factors`) and the regulariser E (None unless
-        ``want_reg``), from the components X_p [B, L, V_p, d]."""
-        s = self._structures(X_p, obs_p)
-        p = X_p.new_full((self.in_types, ), 1.0 / self.in_types)
-        q = X_p.new_full((self.num_parts, ), 1.0 / self.num_parts)
-        row, col, h1, h2 = gw_factors(s['C_p'], s['C_q'], p, q)
-        reg = self._regulariser(s, X_reg) if want_reg else None
-        return row, col, h1, h2, reg
-
-    def _regulariser(self, s: dict, X_reg: Optional[Tensor] = None
-                     ) -> Tensor:
-        """E of Eq. reg from the structure terms of :meth:`_structures`;
-        with ``X_reg`` (the same components by another gradient path, see
-        ``reg_scope``) its input-domain term is taken on those."""
-        K_pp = s['K_pp'] if X_reg is None else \
-            embedding_distance(X_reg, X_reg)
-        return self.reg_weight * (
-            kl_off_diagonal(K_pp, s['obs_p'].detach()) +
-            kl_off_diagonal(s['K_qq'], s['obs_q'].detach()))
-
-    def _route_fused(self, X_p: Tensor, row: Tensor, col: Tensor,
-                     h1: Tensor, h2: Tensor) -> Tuple[Tensor, Tensor]:
-        """Distances [B, L, N] and poses [B, L, N, out_dim] from the fused
-        op (envelope gradients; neither plans nor parts are stored)."""
+    def routing_options(self) -> dict:
+        """The keyword arguments of :func:`mmhgw.ops.hgw_routing` that
+        route as this layer does (the pose map aside)."""
         cfg = self.solver_cfg
-        return hgw_routing(
-            X_p, self.subcapsules, h1, h2, row, col, self.beta.to(X_p.dtype),
-            eps=cfg['eps'], outer_iters=cfg['outer_iters'],
-            inner_iters=cfg['inner_iters'], regularizer=cfg['regularizer'],
-            routing=self.routing, backend=self.backend,
-            pose_weight=self.pose_weight)
+        return dict(eps=cfg['eps'], outer_iters=cfg['outer_iters'],
+                    inner_iters=cfg['inner_iters'],
+                    regularizer=cfg['regularizer'], routing=self.routing,
+                    backend=self.backend)
 
-    def _solve(self, X_p: Tensor, s: dict) -> Tuple[Tensor, Tensor, Tensor]:
-        """``(distance [B, L, N], parts [B, L, N, V_q, d], plan)`` by the
-        torch solver on full tensors: for ``grad='unroll'`` (autograd through
-        the iterations) and for inspection (:meth:`route`)."""
-        V_q = self.num_parts
-        K = self._cross_cost(X_p)
-        C_p = s['C_p'].unsqueeze(2)
-        if self.routing == 'hgw':
-            dist, plan = hgw_distance(C_p, s['C_q'], K, beta=s['beta'],
-                                      check_values=False, **self.solver_cfg)
-        else:
-            V_p = self.in_types
-            plan = K.new_full((1, ), 1.0 / (V_p * V_q)).expand(K.shape)
-            p = K.new_full((V_p, ), 1.0 / V_p)
-            q = K.new_full((V_q, ), 1.0 / V_q)
-            dist = hgw_value(gw_terms(C_p, s['C_q'], p, q), K, plan,
-                             s['beta'])
-        # Columns of the plan sum to 1 / V_q, hence the factor V_q.
-        parts = V_q * torch.einsum('blnpq,blpd->blnqd', plan, X_p)
-        return dist, parts, plan
+    def routing_inputs(self, x: Tensor) -> RoutingInputs:
+        """The inputs of the routing op for the layer's input ``x``
+        [B, in_channels, H, W]: ``hgw_routing(*layer.routing_inputs(x),
+        **layer.routing_options())`` gives the layer's distances and parts
+        (for benchmarks and inspection)."""
+        X_p, _ = self._components(x)
+        factors, _ = self._routing_terms(X_p, self._observed_p(x), False)
+        return RoutingInputs(X_p, self.subcapsules, factors,
+                             self.beta.to(X_p.dtype))
+
+    def _solve(self, X_p: Tensor, s: Structures
+               ) -> Tuple[Tensor, Tensor, Tensor]:
+        """``(distance [B, L, N], parts [B, L, N, V_q, d], plan
+        [B, L, N, V_p, V_q])`` by the torch reference on all locations at
+        once, with ``solver_cfg['grad']``: for ``'unroll'`` (autograd
+        through the iterations) and for inspection (:meth:`route`)."""
+        B, L, V_p, d = X_p.shape
+        f = s.factors()
+        flat = GWFactors(f.row.reshape(-1, V_p), f.col,
+                         f.h1.reshape(-1, V_p, V_p), f.h2)
+        options = self.routing_options()
+        options.pop('backend')
+        out = hgw_routing_reference(
+            X_p.reshape(-1, V_p, d), self.subcapsules, flat, s.beta,
+            grad=self.solver_cfg['grad'], return_plan=True, **options)
+        return tuple(t.reshape(B, L, *t.shape[1:]) for t in out)
 
     def route(self, x: Tensor) -> dict:
         """The routing of one forward pass, for inspection and plotting.
@@ -489,22 +287,20 @@ class HGWCaps(BaseModule):
         Returns a dict with ``components`` X_p [B, L, V_p, d],
         ``distance`` [B, L, out_types] (HGW distance of every location to
         every output type's subcapsule), ``plan`` [B, L, out_types, V_p,
-        V_q], the structure terms ``K_pp``, ``obs_p``, ``K_qq``, ``obs_q``
-        used by the regulariser, and the output grid ``size`` (H', W').
-        Plans are materialised: meant for a few images.
+        V_q], ``cross_cost`` K [B, L, out_types, V_p, V_q], the structure
+        terms ``K_pp``, ``obs_p``, ``K_qq``, ``obs_q`` used by the
+        regulariser, its value ``regulariser`` (E, whether training or not)
+        and the output grid ``size`` (H', W'). Plans are materialised:
+        meant for a few images.
         """
         X_p, size = self._components(x)
         s = self._structures(X_p, self._observed_p(x))
         dist, _, plan = self._solve(X_p, s)
         return dict(components=X_p, distance=dist, plan=plan,
-                    K_pp=s['K_pp'], obs_p=s['obs_p'], K_qq=s['K_qq'],
-                    obs_q=s['obs_q'], size=size)
-
-    def _poses(self, parts: Tensor) -> Tensor:
-        """The parts [B, L, N, V_q, d] mapped to poses [B, L, N, out_dim]
-        (the fused op applies the same map itself)."""
-        return torch.einsum('blnk,nko->blno', parts.flatten(-2),
-                            self.pose_weight)
+                    cross_cost=self._cross_cost(X_p), K_pp=s.K_pp,
+                    obs_p=s.obs_p, K_qq=s.K_qq, obs_q=s.obs_q,
+                    regulariser=regulariser(s, self.reg_weight),
+                    size=size)
 
     def _capsules(self, pose: Tensor, dist: Tensor) -> Tensor:
         """Output capsules [B, L, N, out_dim]: the poses rescaled to their
@@ -522,8 +318,8 @@ class HGWCaps(BaseModule):
         The capsules are location-major, so the map is a channels-last view
         of them, not a copy; the convolutions after the layer then run
         channels-last, which CPU (oneDNN) and GPU (cuDNN) kernels favour (a
-        channel-major copy made the rest of Mask R-CNN's backbone 20%
-        slower on the CPU)."""
+        channel-major copy made the rest of Mask R-CNN's backbone slower on
+        the CPU)."""
         B = caps.shape[0]
         out = caps.reshape(B, *size, self.out_channels).permute(0, 3, 1, 2)
         if self.bias is not None:
@@ -565,39 +361,31 @@ class HGWCaps(BaseModule):
         if self.solver_cfg['grad'] == 'unroll':
             s = self._structures(X_p, obs_p)
             dist, parts, _ = self._solve(X_p, s)
-            pose = self._poses(parts)
-            reg = self._regulariser(s, X_reg) if want_reg else None
+            pose = pose_map(parts, self.pose_weight)
+            reg = regulariser(s, self.reg_weight, X_reg) if want_reg \
+                else None
         else:
             terms = (X_p, obs_p, want_reg, X_reg)
             if torch.is_grad_enabled():
                 # The structures' [B, L, V_p, V_p] intermediates (about ten
-                # per layer, 1.8x the stock Mask R-CNN's training memory)
-                # are cheap to recompute in backward: keep only X_p.
-                row, col, h1, h2, reg = checkpoint(
-                    self._routing_terms, *terms, use_reentrant=False)
+                # per layer) are cheap to recompute in backward: keep only
+                # X_p.
+                factors, reg = checkpoint(self._routing_terms, *terms,
+                                          use_reentrant=False)
             else:
-                row, col, h1, h2, reg = self._routing_terms(*terms)
-            dist, pose = self._route_fused(X_p, row, col, h1, h2)
+                factors, reg = self._routing_terms(*terms)
+            # Envelope gradients from the fused op: neither plans nor parts
+            # are stored.
+            dist, pose = hgw_routing(
+                X_p, self.subcapsules, factors, self.beta.to(X_p.dtype),
+                pose_weight=self.pose_weight, **self.routing_options())
         return self._output(self._capsules(pose, dist), size), reg, dist
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata,
-                              strict, missing_keys, unexpected_keys,
-                              error_msgs):
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Every way a checkpoint reaches the layer (load_from, resume,
-        # init_cfg Pretrained, load_state_dict) passes here. A beta outside
-        # [0, 1] makes every output NaN; refuse it, naming the key.
-        key = prefix + 'beta'
-        beta = state_dict.get(key)
-        if torch.is_tensor(beta) and not bool(
-                ((beta >= 0) & (beta <= 1)).all()):
-            raise ValueError(
-                f'checkpoint key {key!r} holds beta = '
-                f'{beta.flatten()[:4].tolist()}: the capsule layer\'s beta '
-                f'must be a finite number in [0, 1]; the checkpoint is '
-                f'corrupt or not of this layer')
-        super()._load_from_state_dict(state_dict, prefix, local_metadata,
-                                      strict, missing_keys, unexpected_keys,
-                                      error_msgs)
+        # init_cfg Pretrained, load_state_dict) passes here.
+        check_checkpoint_beta(state_dict, prefix + 'beta')
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _apply(self, fn, recurse=True):
         # The solver's log-domain iterations lose the transport plan in 16
@@ -606,13 +394,7 @@ class HGWCaps(BaseModule):
         # `.to(dtype)` asks; `forward` casts its input up and its output
         # back, as mmcv's fp16 utilities keep norm layers in float32.
         super()._apply(fn, recurse)
-        for t in itertools.chain(self.parameters(recurse=recurse),
-                                 self.buffers(recurse=recurse)):
-            if _narrower_than_float32(t.dtype):
-                t.data = t.data.float()
-                if t.grad is not None:
-                    t.grad = t.grad.float()
-        return self
+        return restore_float32(self, recurse)
 
     def forward(self, x: Tensor) -> Tensor:
         """``x`` [B, in_channels, H, W], or unbatched [in_channels, H, W]
@@ -626,9 +408,9 @@ class HGWCaps(BaseModule):
                 f'{self.in_channels}, H, W] or [{self.in_channels}, H, W], '
                 f'got {tuple(x.shape)}')
         in_dtype = x.dtype
-        if _narrower_than_float32(in_dtype):
+        if narrower_than_float32(in_dtype):
             x = x.to(self.subcapsules.dtype)
-        with _autocast_off(x.device.type):
+        with autocast_off(x.device.type):
             out, reg, dist = self.forward_terms(x)
         if self.training:
             if reg is not None:

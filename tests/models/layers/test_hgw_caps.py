@@ -194,12 +194,12 @@ def test_ablation_c_structures_are_embeddings_with_the_same_w_weight():
     full, c = small_caps().train(), small_caps(ablation='C').train()
     X_p, _ = c._components(x)
     s_full, s_c = full._structures(X_p), c._structures(X_p)
-    assert s_c['beta'] == s_full['beta'] == 0.5
+    assert s_c.beta == s_full.beta == 0.5
     torch.testing.assert_close(c._cross_cost(X_p), full._cross_cost(X_p))
-    torch.testing.assert_close(s_c['C_p'], s_c['K_pp'])
-    torch.testing.assert_close(s_c['C_q'], s_c['K_qq'])
-    assert (s_c['obs_p'] == 1).all() and (s_c['obs_q'] == 1).all()
-    assert not torch.allclose(s_full['C_p'], s_c['C_p'])
+    torch.testing.assert_close(s_c.C_p, s_c.K_pp)
+    torch.testing.assert_close(s_c.C_q, s_c.K_qq)
+    assert (s_c.obs_p == 1).all() and (s_c.obs_q == 1).all()
+    assert not torch.allclose(s_full.C_p, s_c.C_p)
 
 
 @pytest.mark.parametrize('observed', ['coactivation', 'counts'])
@@ -208,7 +208,7 @@ def test_ablation_c_uses_no_observed_structure_anywhere(
         monkeypatch, observed, backend):
     """Perturbing C_obs changes the full model's output, regulariser and
     gradients, and nothing of ablation C's."""
-    from mmhgw.models.layers import hgw_caps
+    from mmhgw.models.layers import hgw_caps_structures as hgw_caps
     x = torch.randn(2, 16, 5, 4)
     weight = torch.randn(2, 8, 5, 4)
 
@@ -364,7 +364,7 @@ def test_capsule_pool_is_exported_and_built_from_configs(scope):
 
 
 def test_regulariser_ignores_the_diagonal():
-    from mmhgw.models.layers.hgw_caps import kl_off_diagonal
+    from mmhgw.ot import kl_off_diagonal
     C = torch.rand(3, 5, 5) * 0.5 + 0.5
     K = C.clone()
     K.diagonal(dim1=-2, dim2=-1).fill_(0.01)  # self-distance at the floor

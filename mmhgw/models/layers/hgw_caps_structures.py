@@ -1,0 +1,94 @@
+"""The structures of an HGWCaps layer (paper Eq. 18, 21, Eq. reg): what its
+solver sees and what its regulariser E compares, from the components, the
+subcapsules and the layer's input."""
+from typing import NamedTuple, Optional
+
+from torch import Tensor, nn
+
+from mmhgw.ot import (GWFactors, count_structure, embedding_distance,
+                      gw_factors, kl_off_diagonal, mix_structure,
+                      uniform_marginals, zipf_structure)
+
+
+class Structures(NamedTuple):
+    """The structures of Eq. 21 for components X_p [B, L, V_p, d] and the
+    N subcapsules: ``C_p`` [B, L, V_p, V_p] and ``C_q`` [N, V_q, V_q] (what
+    the solver sees), ``beta`` (0-dim: the mixing and Wasserstein weight),
+    and the regulariser's embedding distances ``K_pp``, ``K_qq`` with their
+    targets, the observed structures ``obs_p``, ``obs_q`` (Eq. reg)."""
+    C_p: Tensor
+    C_q: Tensor
+    beta: Tensor
+    K_pp: Tensor
+    obs_p: Tensor
+    K_qq: Tensor
+    obs_q: Tensor
+
+    def factors(self) -> GWFactors:
+        """The routing op's :class:`mmhgw.ot.GWFactors` of ``C_p`` and
+        ``C_q`` with uniform marginals."""
+        p, q = uniform_marginals(self.C_p.shape[-1], self.C_q.shape[-1],
+                                 self.C_p)
+        return gw_factors(self.C_p, self.C_q, p, q)
+
+
+class RoutingInputs(NamedTuple):
+    """The inputs of :func:`mmhgw.ops.hgw_routing` for one forward pass:
+    ``hgw_routing(*inputs, **layer.routing_options())``. ``X_p``
+    [B, L, V_p, d], ``X_q`` [N, V_q, d], :class:`mmhgw.ot.GWFactors` and
+    ``beta`` (0-dim)."""
+    X_p: Tensor
+    X_q: Tensor
+    factors: GWFactors
+    beta: Tensor
+
+
+def observed_input(x: Tensor, types: int, embed: nn.Conv2d,
+                   use_observed: bool, observed: str) -> Optional[Tensor]:
+    """``C_obs`` [B, L, V_p, V_p] of the input patches of the embedding
+    convolution ``embed`` when it is observed in the input ``x``
+    (``observed='counts'``), else None."""
+    if not (use_observed and observed == 'counts'):
+        return None
+    return count_structure(x, types, embed.kernel_size, embed.stride,
+                           embed.padding, embed.dilation).to(x.dtype)
+
+
+def layer_structures(X_p: Tensor, X_q: Tensor, beta: Tensor,
+                     obs_p: Optional[Tensor], use_observed: bool,
+                     observed: str) -> Structures:
+    """:class:`Structures` of components X_p [B, L, V_p, d] and subcapsules
+    X_q [N, V_q, d]: ``C = (1 - beta) C_obs + beta K(X, X)`` (Eq. 21).
+
+    ``obs_p``: the input's observed structure (:func:`observed_input`, for
+    the same locations as X_p) when ``observed='counts'``; otherwise both
+    ``C_obs`` are co-activations (Eq. 18). Without observed structure
+    (``use_observed=False``): ``C = K(X, X)`` and the targets are all ones
+    (Eq. 18 with nothing observed).
+    """
+    K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
+    K_qq = embedding_distance(X_q, X_q)  # [N, Vq, Vq]
+    if not use_observed:
+        obs_p = K_pp.new_ones(()).expand_as(K_pp)
+        obs_q = K_qq.new_ones(()).expand_as(K_qq)
+        return Structures(K_pp, K_qq, beta, K_pp, obs_p, K_qq, obs_q)
+    obs_q = zipf_structure(X_q)
+    if obs_p is None:
+        if observed == 'counts':
+            raise ValueError("observed='counts' needs the input's observed "
+                             'structure (obs_p)')
+        obs_p = zipf_structure(X_p)
+    return Structures(mix_structure(obs_p, K_pp, beta),
+                      mix_structure(obs_q, K_qq, beta), beta, K_pp, obs_p,
+                      K_qq, obs_q)
+
+
+def regulariser(s: Structures, reg_weight: float,
+                X_reg: Optional[Tensor] = None) -> Tensor:
+    """``E = reg_weight (L(K_pp, C_obs_p) + L(K_qq, C_obs_q))`` (Eq. reg,
+    :func:`mmhgw.ot.kl_off_diagonal`, the observed structures as fixed
+    targets); with ``X_reg`` (the same components by another gradient path)
+    its input-domain term is taken on those."""
+    K_pp = s.K_pp if X_reg is None else embedding_distance(X_reg, X_reg)
+    return reg_weight * (kl_off_diagonal(K_pp, s.obs_p.detach()) +
+                         kl_off_diagonal(s.K_qq, s.obs_q.detach()))
