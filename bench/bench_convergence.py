@@ -34,9 +34,16 @@ from mmhgw.ops import cross_cost, hgw_routing
 from mmhgw.ot import GWFactors, hgw_value, round_to_polytope, uniform_marginals
 
 SETTINGS = [  # (eps, proximal steps, Sinkhorn iterations)
-    (1e-3, 2, 3), (1e-3, 2, 20), (1e-3, 4, 20), (1e-3, 4, 50),
-    (1e-3, 8, 50), (1e-3, 16, 50),
-    (1e-2, 2, 3), (1e-2, 2, 10), (1e-2, 3, 10), (1e-2, 4, 10),
+    (1e-3, 2, 3),
+    (1e-3, 2, 20),
+    (1e-3, 4, 20),
+    (1e-3, 4, 50),
+    (1e-3, 8, 50),
+    (1e-3, 16, 50),
+    (1e-2, 2, 3),
+    (1e-2, 2, 10),
+    (1e-2, 3, 10),
+    (1e-2, 4, 10),
     (1e-2, 8, 10),
 ]
 #: The eps whose converged plan is also compared against (the paper's).
@@ -61,8 +68,8 @@ def plans(inputs, eps, outer, inner, rounded=True):
     from mmhgw.ops.hgw_routing import _load_ext
     X_p, X_q, h1, h2, row, col, beta = inputs
     return _load_ext().hgw_routing_plans(X_p, X_q, h1, h2, row, col,
-                                         float(beta), eps, outer, inner,
-                                         True, False, rounded)
+                                         float(beta), eps, outer, inner, True,
+                                         False, rounded)
 
 
 def distances(inputs, T):
@@ -105,28 +112,40 @@ def evaluate(name, problem_sets, settings):
                        for T, inp in zip(refs, problem_sets)]
         agree = torch.cat([(a.argmax(-1) == b.argmax(-1)).flatten()
                            for a, b in zip(refs, checks)]).float().mean()
-        print(f'{name}: oracle {ORACLE} vs {ORACLE_CHECK} at eps={eps}: '
-              f'argmax agreement {agree:.4f}', flush=True)
-        rows.append([name, f'{eps:g}', f'oracle {ORACLE[0]}x{ORACLE[1]}',
-                     '-', f'{agree * 100:.1f}% (vs {ORACLE_CHECK[0]}x'
-                     f'{ORACLE_CHECK[1]})', '-', '-', '-', '-'])
+        print(
+            f'{name}: oracle {ORACLE} vs {ORACLE_CHECK} at eps={eps}: '
+            f'argmax agreement {agree:.4f}', flush=True)
+        rows.append([
+            name, f'{eps:g}', f'oracle {ORACLE[0]}x{ORACLE[1]}', '-',
+            f'{agree * 100:.1f}% (vs {ORACLE_CHECK[0]}x'
+            f'{ORACLE_CHECK[1]})', '-', '-', '-', '-'
+        ])
     for eps, outer, inner in settings:
-        raw = [plans(inp, eps, outer, inner, rounded=False)
-               for inp in problem_sets]
-        stats = [compare(inp, T, T_ref, d_ref) for inp, T, (T_ref, d_ref)
-                 in zip(problem_sets, raw, oracle[eps])]
-        paper = [compare(inp, T, T_ref, d_ref)['argmax']
-                 for inp, T, (T_ref, d_ref)
-                 in zip(problem_sets, raw, oracle[PAPER_EPS])]
+        raw = [
+            plans(inp, eps, outer, inner, rounded=False)
+            for inp in problem_sets
+        ]
+        stats = [
+            compare(inp, T, T_ref, d_ref)
+            for inp, T, (T_ref, d_ref) in zip(problem_sets, raw, oracle[eps])
+        ]
+        paper = [
+            compare(inp, T, T_ref, d_ref)['argmax']
+            for inp, T, (T_ref,
+                         d_ref) in zip(problem_sets, raw, oracle[PAPER_EPS])
+        ]
         mean = {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
-        us = sum(time_per_location(inp, eps, outer, inner)
-                 for inp in problem_sets) / len(problem_sets)
+        us = sum(
+            time_per_location(inp, eps, outer, inner)
+            for inp in problem_sets) / len(problem_sets)
         ok = mean['moved'] <= 0.10 and mean['argmax'] >= 0.90
-        rows.append([name, f'{eps:g}', f'{outer} x {inner}',
-                     f'{mean["moved"]:.3f}', f'{mean["argmax"] * 100:.1f}%',
-                     f'{mean["dist_err"]:.2e}', f'{mean["best"] * 100:.1f}%',
-                     f'{sum(paper) / len(paper) * 100:.1f}%',
-                     f'{us:.0f}' + (' **ok**' if ok else '')])
+        rows.append([
+            name, f'{eps:g}', f'{outer} x {inner}', f'{mean["moved"]:.3f}',
+            f'{mean["argmax"] * 100:.1f}%', f'{mean["dist_err"]:.2e}',
+            f'{mean["best"] * 100:.1f}%',
+            f'{sum(paper) / len(paper) * 100:.1f}%',
+            f'{us:.0f}' + (' **ok**' if ok else '')
+        ])
         print(rows[-1], flush=True)
     return rows
 
@@ -147,9 +166,11 @@ def trained_layer_inputs(config, checkpoint, image, locations, generator):
     from mmhgw.models import HGWCaps
     model = init_model(config, checkpoint, device='cpu')
     captured = []
-    hooks = [m.register_forward_hook(
-        lambda m, args, out: captured.append((m, args[0].detach())))
-        for m in model.modules() if isinstance(m, HGWCaps)]
+    hooks = [
+        m.register_forward_hook(lambda m, args, out: captured.append(
+            (m, args[0].detach()))) for m in model.modules()
+        if isinstance(m, HGWCaps)
+    ]
     inference_model(model, image)
     for h in hooks:
         h.remove()
@@ -173,24 +194,24 @@ def main():
             f'trained ({osp.basename(args.checkpoint)})',
             trained_layer_inputs(args.config, args.checkpoint, args.image,
                                  args.locations, generator), SETTINGS)
-    body = (
-        'Distance of the routing plan at given iteration counts from the '
-        f'converged plan (the same solver at the same eps, {ORACLE[0]} '
-        f'proximal steps x {ORACLE[1]} Sinkhorn iterations; its first row '
-        'per eps gives its own argmax agreement with '
-        f'{ORACLE_CHECK[0]} x {ORACLE_CHECK[1]}). moved: l1 mass moved by '
-        'rounding onto the polytope (total mass 1); argmax: rows whose '
-        'largest entry agrees; dist err: mean relative error of the HGW '
-        'distance; best type: locations whose best-aligned output type '
-        'agrees; argmax (paper eps): agreement with the converged plan at '
-        'eps 1e-3; us/loc: fused C++ forward per location, all 32 output '
-        'types (2 threads; indicative: the layer benchmark gives ratios '
-        'measured side by side). **ok**: moved <= 0.10 and argmax >= 90%. '
-        f'{args.locations} sampled locations per layer; the trained rows '
-        'pool every capsule layer of the checkpoint.\n\n' +
-        markdown_table(['inputs', 'eps', 'steps x iterations', 'moved',
-                        'argmax', 'dist err', 'best type',
-                        'argmax (paper eps)', 'us/loc'], rows))
+    body = ('Distance of the routing plan at given iteration counts from the '
+            f'converged plan (the same solver at the same eps, {ORACLE[0]} '
+            f'proximal steps x {ORACLE[1]} Sinkhorn iterations; its first row '
+            'per eps gives its own argmax agreement with '
+            f'{ORACLE_CHECK[0]} x {ORACLE_CHECK[1]}). moved: l1 mass moved by '
+            'rounding onto the polytope (total mass 1); argmax: rows whose '
+            'largest entry agrees; dist err: mean relative error of the HGW '
+            'distance; best type: locations whose best-aligned output type '
+            'agrees; argmax (paper eps): agreement with the converged plan at '
+            'eps 1e-3; us/loc: fused C++ forward per location, all 32 output '
+            'types (2 threads; indicative: the layer benchmark gives ratios '
+            'measured side by side). **ok**: moved <= 0.10 and argmax >= 90%. '
+            f'{args.locations} sampled locations per layer; the trained rows '
+            'pool every capsule layer of the checkpoint.\n\n' +
+            markdown_table([
+                'inputs', 'eps', 'steps x iterations', 'moved', 'argmax',
+                'dist err', 'best type', 'argmax (paper eps)', 'us/loc'
+            ], rows))
     print(body)
     if not args.no_write:
         write_section('convergence-cpu', 'Convergence of the routing plan '

@@ -3,5 +3,5 @@
 # Everything else as mask-rcnn_hgwcaps-r50_fpn_1x_coco.py.
 _base_ = ['../mask_rcnn/mask-rcnn_hgwcaps-r50_fpn_1x_coco.py']
 
-model = dict(
-    backbone=dict(hgw_cfg=dict(solver_cfg=dict(regularizer='entropic'))))
+model = dict(backbone=dict(hgw_cfg=dict(solver_cfg=dict(
+    regularizer='entropic'))))

@@ -3,5 +3,5 @@
 # H(T). Everything else as mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py.
 _base_ = ['../demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py']
 
-model = dict(
-    backbone=dict(hgw_cfg=dict(solver_cfg=dict(regularizer='entropic'))))
+model = dict(backbone=dict(hgw_cfg=dict(solver_cfg=dict(
+    regularizer='entropic'))))

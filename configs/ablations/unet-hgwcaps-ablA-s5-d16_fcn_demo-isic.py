@@ -3,5 +3,5 @@
 # Everything else as unet-hgwcaps-s5-d16_fcn_demo-isic.py.
 _base_ = ['../demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py']
 
-model = dict(
-    backbone=dict(hgw_cfg=dict(solver_cfg=dict(regularizer='entropic'))))
+model = dict(backbone=dict(hgw_cfg=dict(solver_cfg=dict(
+    regularizer='entropic'))))

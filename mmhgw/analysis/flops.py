@@ -36,33 +36,37 @@ import torch.nn as nn
 from mmengine.analysis import FlopAnalyzer
 from mmengine.analysis.jit_handles import einsum_flop_jit, get_shape
 
-ELEMENTWISE_OPS = tuple(f'aten::{name}{suffix}' for name in (
-    'add', 'sub', 'rsub', 'mul', 'div', 'neg', 'exp', 'expm1', 'log', 'log1p',
-    'sqrt', 'rsqrt', 'reciprocal', 'pow', 'clamp', 'clamp_min', 'clamp_max',
-    'relu', 'sigmoid', 'tanh', 'abs', 'square', 'maximum', 'minimum', 'where',
-    'softplus', 'gelu', 'silu', 'hardtanh', 'leaky_relu', 'sign', 'log2',
-    'exp2', 'floor')
-    for suffix in ('', '_'))
+ELEMENTWISE_OPS = tuple(
+    f'aten::{name}{suffix}'
+    for name in ('add', 'sub', 'rsub', 'mul', 'div', 'neg', 'exp', 'expm1',
+                 'log', 'log1p', 'sqrt', 'rsqrt', 'reciprocal', 'pow', 'clamp',
+                 'clamp_min', 'clamp_max', 'relu', 'sigmoid', 'tanh', 'abs',
+                 'square', 'maximum', 'minimum', 'where', 'softplus', 'gelu',
+                 'silu', 'hardtanh', 'leaky_relu', 'sign', 'log2', 'exp2',
+                 'floor') for suffix in ('', '_'))
 
-REDUCTION_OPS = tuple(f'aten::{name}' for name in (
-    'sum', 'mean', 'amax', 'amin', 'max', 'min', 'logsumexp', 'softmax',
-    'log_softmax', 'norm', 'linalg_vector_norm', 'var', 'std', 'prod', 'all',
-    'any'))
+REDUCTION_OPS = tuple(f'aten::{name}'
+                      for name in ('sum', 'mean', 'amax', 'amin', 'max', 'min',
+                                   'logsumexp', 'softmax', 'log_softmax',
+                                   'norm', 'linalg_vector_norm', 'var', 'std',
+                                   'prod', 'all', 'any'))
 
 #: Ops that move or create data without arithmetic: counted as zero so that
 #: the unsupported-op warnings name only ops that may matter.
-ZERO_COST_OPS = tuple(f'aten::{name}' for name in (
-    'ones_like', 'zeros_like', 'full_like', 'empty_like', 'broadcast_tensors',
-    'numpy_T', 'expand_as', 'unbind', 'split', 'split_with_sizes',
-    'type_as', 'to', 'clone', 'unsqueeze', 'squeeze', 'view', 'reshape',
-    'transpose', 'permute', 'contiguous', 'narrow', 'slice', 'select',
-    'lift_fresh',
-    'new_ones', 'new_zeros', 'zeros', 'ones', 'stack', 'cat', 'repeat',
-    'eye', 'bitwise_not', 'logical_not', 'ne', 'lt', 'le', 'gt', 'ge', 'eq',
-    'masked_fill', 'index', 'gather', 'topk', 'sort', 'argmax', 'nonzero',
-    'detach', 'alias', 'resolve_conj', 'resolve_neg', 'isfinite', 'isnan',
-    'isinf', '__or__', '__and__', 'bitwise_or', 'bitwise_and',
-    'logical_or', 'logical_and'))
+ZERO_COST_OPS = tuple(
+    f'aten::{name}'
+    for name in ('ones_like', 'zeros_like', 'full_like', 'empty_like',
+                 'broadcast_tensors', 'numpy_T', 'expand_as', 'unbind',
+                 'split', 'split_with_sizes', 'type_as', 'to', 'clone',
+                 'unsqueeze', 'squeeze', 'view', 'reshape', 'transpose',
+                 'permute', 'contiguous', 'narrow', 'slice', 'select',
+                 'lift_fresh', 'new_ones', 'new_zeros', 'zeros', 'ones',
+                 'stack', 'cat', 'repeat', 'eye', 'bitwise_not', 'logical_not',
+                 'ne', 'lt', 'le', 'gt', 'ge', 'eq', 'masked_fill', 'index',
+                 'gather', 'topk', 'sort', 'argmax', 'nonzero', 'detach',
+                 'alias', 'resolve_conj', 'resolve_neg', 'isfinite', 'isnan',
+                 'isinf', '__or__', '__and__', 'bitwise_or', 'bitwise_and',
+                 'logical_or', 'logical_and'))
 
 #: Op kinds, as FlopAnalyzer names them in ``by_operator``, whose count is
 #: multiply-adds of a product.
@@ -114,8 +118,7 @@ def einsum_flops(inputs: List[Any], outputs: List[Any]) -> float:
     if len(operands) != 2:
         return einsum_flop_jit(inputs, outputs)
     sizes, ellipses = {}, []
-    for subscripts, value in zip(equation.split('->')[0].split(','),
-                                 operands):
+    for subscripts, value in zip(equation.split('->')[0].split(','), operands):
         shape = list(get_shape(value))
         head, _, tail = subscripts.partition('...')
         if '...' in subscripts:
@@ -136,10 +139,10 @@ def hgw_op_handles() -> Dict[str, Any]:
     handles = {op: elementwise_flops for op in ELEMENTWISE_OPS}
     handles.update({op: reduction_flops for op in REDUCTION_OPS})
     handles.update({op: zero_flops for op in ZERO_COST_OPS})
-    handles.update({'aten::einsum': einsum_flops,
-                    'aten::matmul': matmul_flops,
-                    'aten::mm': matmul_flops,
-                    ROUTING_OP: hgw_routing_flops})
+    handles.update({
+        'aten::einsum': einsum_flops, 'aten::matmul': matmul_flops,
+        'aten::mm': matmul_flops, ROUTING_OP: hgw_routing_flops
+    })
     return handles
 
 
@@ -156,8 +159,8 @@ class _Specification(nn.Module):
         from mmhgw.ops import hgw_routing_reference, pose_map
         dist, parts = hgw_routing_reference(*inputs[:7], chunk_entries=None,
                                             **self.options)
-        return dist, (pose_map(parts, inputs[7]) if self.with_pose_map else
-                      parts)
+        return dist, (pose_map(parts, inputs[7])
+                      if self.with_pose_map else parts)
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,14 +172,21 @@ def _bilinear_counts(V_p: int, V_q: int, d: int, O: Optional[int],
     type or once, so four traces at M, N in {1, 2} give it exactly."""
     corners = {}
     for M, N in ((1, 1), (2, 1), (1, 2), (2, 2)):
-        inputs = [torch.ones(M, V_p, d), torch.ones(N, V_q, d),
-                  torch.ones(M, V_p, V_p), torch.ones(N, V_q, V_q),
-                  torch.ones(M, V_p), torch.ones(N, V_q), torch.tensor(0.5),
-                  torch.ones(N, V_q * d, O or 1)]
+        inputs = [
+            torch.ones(M, V_p, d),
+            torch.ones(N, V_q, d),
+            torch.ones(M, V_p, V_p),
+            torch.ones(N, V_q, V_q),
+            torch.ones(M, V_p),
+            torch.ones(N, V_q),
+            torch.tensor(0.5),
+            torch.ones(N, V_q * d, O or 1)
+        ]
         analyzer = FlopAnalyzer(_Specification(dict(options), O is not None),
                                 tuple(inputs))
-        analyzer.set_op_handle(**{k: v for k, v in hgw_op_handles().items()
-                                  if k != ROUTING_OP})
+        analyzer.set_op_handle(
+            **{k: v
+               for k, v in hgw_op_handles().items() if k != ROUTING_OP})
         analyzer.unsupported_ops_warnings(False)
         analyzer.uncalled_modules_warnings(False)
         with torch.no_grad():
@@ -199,14 +209,16 @@ def hgw_routing_flops(inputs: List[Any], outputs: List[Any]) -> Counter:
     X_p, X_q = get_shape(inputs[0]), get_shape(inputs[1])
     pose = inputs[7]
     O = None if pose.type().kind() == 'NoneType' else get_shape(pose)[2]
-    eps, outer, inner, regularizer, routing = (
-        v.toIValue() for v in inputs[8:13])
+    eps, outer, inner, regularizer, routing = (v.toIValue()
+                                               for v in inputs[8:13])
     options = (('eps', eps), ('outer_iters', outer), ('inner_iters', inner),
                ('regularizer', regularizer), ('routing', routing))
     M, N = _numel(X_p[:-2]), X_q[0]
     counts = _bilinear_counts(X_p[-2], X_q[1], X_p[-1], O, options)
-    return Counter({kind: c + c_M * M + c_N * N + c_MN * M * N
-                    for kind, (c, c_M, c_N, c_MN) in counts.items()})
+    return Counter({
+        kind: c + c_M * M + c_N * N + c_MN * M * N
+        for kind, (c, c_M, c_N, c_MN) in counts.items()
+    })
 
 
 def register_with_mmengine() -> None:
@@ -266,11 +278,12 @@ def flop_report(analyzer: FlopAnalyzer, model: nn.Module) -> FlopReport:
     with torch.no_grad():
         by_operator = Counter(analyzer.by_operator())
     total = float(analyzer.total())
-    products = float(sum(v for k, v in by_operator.items()
-                         if k in PRODUCT_OPERATORS))
+    products = float(
+        sum(v for k, v in by_operator.items() if k in PRODUCT_OPERATORS))
     by_module = analyzer.by_module()
-    hgw = float(sum(by_module.get(name, 0)
-                    for name, module in model.named_modules()
-                    if type(module).__name__ == 'HGWCaps'))
+    hgw = float(
+        sum(
+            by_module.get(name, 0) for name, module in model.named_modules()
+            if type(module).__name__ == 'HGWCaps'))
     return FlopReport(total, products, total - products, hgw,
                       dict(by_operator), dict(analyzer.unsupported_ops()))

@@ -39,13 +39,9 @@ class SeparabilityMetric(BaseMetric):
 
     default_prefix = 'sep'
 
-    def __init__(self,
-                 positive_index: int = 1,
-                 ignore_index: int = 255,
-                 bins: int = 4096,
-                 collect_device: str = 'cpu',
-                 prefix: Optional[str] = None,
-                 **kwargs):
+    def __init__(self, positive_index: int = 1, ignore_index: int = 255,
+                 bins: int = 4096, collect_device: str = 'cpu',
+                 prefix: Optional[str] = None, **kwargs):
         super().__init__(collect_device=collect_device, prefix=prefix)
         if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
             raise ValueError(f'bins must be an int >= 2, got {bins!r}')
@@ -69,8 +65,7 @@ class SeparabilityMetric(BaseMetric):
                     f'SeparabilityMetric: positive_index='
                     f'{self.positive_index} but the model predicts '
                     f'{logits.shape[0]} classes')
-            label = sample['gt_sem_seg']['data'].squeeze(0).to(
-                logits.device)
+            label = sample['gt_sem_seg']['data'].squeeze(0).to(logits.device)
             if logits.shape[0] == 1:
                 # One output channel: a sigmoid score, as mmseg thresholds
                 # it for binary segmentation.
@@ -108,10 +103,10 @@ class SeparabilityMetric(BaseMetric):
         # Predicted positive at threshold k: the bins from k up (k = bins:
         # nothing predicted positive).
         zero = hist.new_zeros(1)
-        tp = torch.cat([torch.flip(torch.cumsum(torch.flip(pos, [0]), 0),
-                                   [0]), zero])
-        fp = torch.cat([torch.flip(torch.cumsum(torch.flip(neg, [0]), 0),
-                                   [0]), zero])
+        tp = torch.cat(
+            [torch.flip(torch.cumsum(torch.flip(pos, [0]), 0), [0]), zero])
+        fp = torch.cat(
+            [torch.flip(torch.cumsum(torch.flip(neg, [0]), 0), [0]), zero])
         fn, tn = n_pos - tp, n_neg - fp
         iou_pos = tp / (tp + fp + fn)
         iou_neg = tn / (tn + fn + fp)

@@ -71,8 +71,7 @@ def triton_available() -> bool:
 
 def _kernel_args(options):
     return (float(options['eps']), int(options['outer_iters']),
-            int(options['inner_iters']),
-            options['regularizer'] == 'proximal',
+            int(options['inner_iters']), options['regularizer'] == 'proximal',
             options['routing'] == 'uniform')
 
 
@@ -81,8 +80,9 @@ class _CppKernels:
 
     @staticmethod
     def forward(X_p, X_q, h1, h2, row, col, beta, options):
-        return tuple(_ext.hgw_routing_forward(X_p, X_q, h1, h2, row, col,
-                                              beta, *_kernel_args(options)))
+        return tuple(
+            _ext.hgw_routing_forward(X_p, X_q, h1, h2, row, col, beta,
+                                     *_kernel_args(options)))
 
     @staticmethod
     def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
@@ -107,8 +107,8 @@ class _TritonKernels:
     def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
                  options, want_parts):
         from . import hgw_routing_triton
-        return hgw_routing_triton.backward(grad_dist, grad_parts, X_p, X_q,
-                                           h1, h2, row, col, beta,
+        return hgw_routing_triton.backward(grad_dist, grad_parts, X_p, X_q, h1,
+                                           h2, row, col, beta,
                                            *_kernel_args(options), want_parts)
 
 
@@ -142,10 +142,10 @@ OP_NAME = 'mmhgw::hgw_routing'
 
 
 @torch.library.custom_op(OP_NAME, mutates_args=())
-def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
-                row: Tensor, col: Tensor, beta: Tensor,
-                pose_weight: Optional[Tensor], eps: float, outer_iters: int,
-                inner_iters: int, regularizer: str, routing: str,
+def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor, row: Tensor,
+                col: Tensor, beta: Tensor, pose_weight: Optional[Tensor],
+                eps: float, outer_iters: int, inner_iters: int,
+                regularizer: str, routing: str,
                 backend: str) -> Tuple[Tensor, Tensor]:
     """``(dist [..., N], parts [..., N, V_q, d] or poses [..., N, O])``;
     inputs as :func:`hgw_routing` (one dtype, float32 or float64; ``beta``
@@ -173,16 +173,16 @@ def _routing_fake(X_p, X_q, h1, h2, row, col, beta, pose_weight, eps,
     parts = X_p.new_empty(M, N, V_q, d)
     # The poses in the layout the einsum gives them.
     out = parts if pose_weight is None else pose_map(parts, pose_weight)
-    return (X_p.new_empty(M, N).view(*lead, N),
-            out.view(*lead, *out.shape[1:]))
+    return (X_p.new_empty(M, N).view(*lead,
+                                     N), out.view(*lead, *out.shape[1:]))
 
 
 @torch.library.custom_op('mmhgw::hgw_routing_backward', mutates_args=())
 def _routing_backward_op(
-        grad_dist: Tensor, grad_parts: Tensor, X_p: Tensor, X_q: Tensor,
-        h1: Tensor, h2: Tensor, row: Tensor, col: Tensor, beta: Tensor,
-        eps: float, outer_iters: int, inner_iters: int, regularizer: str,
-        routing: str, backend: str, want_parts: bool
+    grad_dist: Tensor, grad_parts: Tensor, X_p: Tensor, X_q: Tensor,
+    h1: Tensor, h2: Tensor, row: Tensor, col: Tensor, beta: Tensor, eps: float,
+    outer_iters: int, inner_iters: int, regularizer: str, routing: str,
+    backend: str, want_parts: bool
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The envelope gradient ``(dX_p, dX_q, dh1, dh2, drow, dcol, dbeta,
     parts)`` of :func:`_routing_op` for upstream gradients ``grad_dist``
@@ -212,13 +212,12 @@ def _routing_backward_op(
 
 
 @_routing_backward_op.register_fake
-def _routing_backward_fake(grad_dist, grad_parts, X_p, X_q, h1, h2, row,
-                           col, beta, eps, outer_iters, inner_iters,
-                           regularizer, routing, backend, want_parts):
-    grads = tuple(torch.empty_like(t) for t in (X_p, X_q, h1, h2, row, col,
-                                                beta))
-    parts = (torch.empty_like(grad_parts) if want_parts else
-             X_p.new_empty(0))
+def _routing_backward_fake(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col,
+                           beta, eps, outer_iters, inner_iters, regularizer,
+                           routing, backend, want_parts):
+    grads = tuple(
+        torch.empty_like(t) for t in (X_p, X_q, h1, h2, row, col, beta))
+    parts = (torch.empty_like(grad_parts) if want_parts else X_p.new_empty(0))
     return grads + (parts, )
 
 
@@ -264,12 +263,12 @@ def _backward(ctx, grad_dist, grad_out):
     want_parts = (pose_weight is not None and grad_out is not None
                   and ctx.needs_input_grad[7])
     *grads, parts = torch.ops.mmhgw.hgw_routing_backward(
-        grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
-        *ctx.options, want_parts)
+        grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, *ctx.options,
+        want_parts)
     grad_pose_weight = None
     if want_parts:
-        grad_pose_weight = torch.einsum('...nk,...no->nko',
-                                        parts.flatten(-2), grad_out)
+        grad_pose_weight = torch.einsum('...nk,...no->nko', parts.flatten(-2),
+                                        grad_out)
     return (*grads, grad_pose_weight) + (None, ) * len(ctx.options)
 
 
@@ -286,8 +285,7 @@ def _no_double_backward(ctx, *grads):
 
 torch.library.register_autograd('mmhgw::hgw_routing_backward',
                                 _no_double_backward,
-                                setup_context=lambda ctx, inputs, output:
-                                None)
+                                setup_context=lambda ctx, inputs, output: None)
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -394,11 +392,13 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3,
     if not torch.is_tensor(beta):
         beta = torch.tensor(float(beta))
     beta = beta.reshape(()).to(device=X_p.device, dtype=dtype)
-    inputs = tuple(t.to(dtype) for t in (X_p, X_q, factors.h1, factors.h2,
-                                         factors.row, factors.col))
+    inputs = tuple(
+        t.to(dtype)
+        for t in (X_p, X_q, factors.h1, factors.h2, factors.row, factors.col))
     if pose_weight is not None:
         pose_weight = pose_weight.to(dtype)
-    dist, out = torch.ops.mmhgw.hgw_routing(
-        *inputs, beta, pose_weight, float(eps), outer_iters, inner_iters,
-        regularizer, routing, backend)
+    dist, out = torch.ops.mmhgw.hgw_routing(*inputs, beta, pose_weight,
+                                            float(eps), outer_iters,
+                                            inner_iters, regularizer, routing,
+                                            backend)
     return dist.to(out_dtype), out.to(out_dtype)

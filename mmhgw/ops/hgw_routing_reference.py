@@ -50,9 +50,9 @@ def factor_args(args: Sequence) -> Tuple[GWFactors, Union[float, Tensor]]:
 
 
 def check_routing_args(X_p: Tensor, X_q: Tensor, factors: GWFactors,
-                       beta: Union[float, Tensor],
-                       pose_weight: Optional[Tensor], *, routing: str,
-                       **solver):
+                       beta: Union[float,
+                                   Tensor], pose_weight: Optional[Tensor], *,
+                       routing: str, **solver):
     """Raise a ValueError naming the first invalid input of the op: the
     routing, the solver options (:func:`mmhgw.ot.check_solver_options`),
     the shapes of the inputs (X_p [..., V_p, d] with its factors per
@@ -107,11 +107,13 @@ def cross_cost(X_p: Tensor, X_q: Tensor) -> Tensor:
     N, V_q, _ = X_q.shape
     a, b = power_of_two_scale(X_p), power_of_two_scale(X_q)
     X_p, X_q = X_p / a, X_q / b
-    dot = (X_p.reshape(-1, d) @ X_q.reshape(-1, d).T).view(
-        M, V_p, N, V_q).transpose(1, 2)
-    sq = scaled_squared_distance(X_p.pow(2).sum(-1).view(M, 1, V_p, 1),
-                                 X_q.pow(2).sum(-1).view(1, N, 1, V_q), dot,
-                                 a.view(M, 1, 1, 1), b.view(1, N, 1, 1))
+    dot = (X_p.reshape(-1, d) @ X_q.reshape(-1, d).T).view(M, V_p, N,
+                                                           V_q).transpose(
+                                                               1, 2)
+    sq = scaled_squared_distance(
+        X_p.pow(2).sum(-1).view(M, 1, V_p, 1),
+        X_q.pow(2).sum(-1).view(1, N, 1, V_q), dot, a.view(M, 1, 1, 1),
+        b.view(1, N, 1, 1))
     return bound_distance(sq, d, floor=0.0)
 
 
@@ -129,25 +131,25 @@ def _non_finite(*tensors: Tensor) -> Tensor:
 
 
 def poisoned_problems(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor,
-                      row: Tensor, col: Tensor,
-                      beta: Union[float, Tensor]) -> Tensor:
+                      row: Tensor, col: Tensor, beta: Union[float,
+                                                            Tensor]) -> Tensor:
     """[M, N]: the problems (m, n) with a NaN or infinite input (flattened
     shapes, the kernels' order). Every backend gives these a NaN plan,
     hence NaN distances, parts and gradients, whatever the arithmetic of
     the non-finite values would make of them."""
-    bad = (_non_finite(X_p, h1, row)[:, None] |
-           _non_finite(X_q, h2, col)[None, :])
+    bad = (_non_finite(X_p, h1, row)[:, None]
+           | _non_finite(X_q, h2, col)[None, :])
     if torch.is_tensor(beta):
         return bad | ~torch.isfinite(beta).reshape(())
     return bad | (not math.isfinite(beta))
 
 
-def _nan_where_poisoned(bad: Tensor, X_p, X_q, f: GWFactors,
-                        beta) -> Tensor:
+def _nan_where_poisoned(bad: Tensor, X_p, X_q, f: GWFactors, beta) -> Tensor:
     """[M, N]: NaN for the poisoned problems ``bad``, 0 elsewhere, with a
     gradient that is NaN in every input of a poisoned problem and 0 in the
     others (the distance's own gradient would mask some: the cross cost's
     clamp passes none where a squared distance is NaN)."""
+
     def zeros(t):
         return (t * 0).flatten(1).sum(1)
 
@@ -156,10 +158,9 @@ def _nan_where_poisoned(bad: Tensor, X_p, X_q, f: GWFactors,
     return torch.where(bad, math.nan, 0.0) * z
 
 
-def hgw_routing_reference(X_p: Tensor, X_q: Tensor, *args,
-                          eps: float, outer_iters: int, inner_iters: int,
-                          regularizer: str = 'proximal',
-                          routing: str = 'hgw',
+def hgw_routing_reference(X_p: Tensor, X_q: Tensor, *args, eps: float,
+                          outer_iters: int, inner_iters: int,
+                          regularizer: str = 'proximal', routing: str = 'hgw',
                           chunk_entries: Union[int, str, None] = 'auto',
                           grad: str = 'envelope', return_plan: bool = False):
     """The specification of the op in plain torch (flattened shapes):
@@ -207,8 +208,8 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, *args,
     else:
         T = uniform_plan(K)
     with torch.no_grad():
-        bad = poisoned_problems(X_p, X_q, factors.h1, factors.h2,
-                                factors.row, factors.col, beta)
+        bad = poisoned_problems(X_p, X_q, factors.h1, factors.h2, factors.row,
+                                factors.col, beta)
         T = torch.where(bad[:, :, None, None], math.nan, T)
     distance = hgw_value(terms, K, T, beta) + _nan_where_poisoned(
         bad, X_p, X_q, factors, beta)
@@ -238,15 +239,17 @@ class TorchKernels:
         dist = X_p.new_empty(X_p.shape[0], N)
         parts = X_p.new_empty(X_p.shape[0], N, V_q, d)
         for s in _location_chunks(X_p.shape[0], N, X_p.shape[1], V_q):
-            dist[s], parts[s] = hgw_routing_reference(
-                X_p[s], X_q, h1[s], h2, row[s], col, beta, **options)
+            dist[s], parts[s] = hgw_routing_reference(X_p[s], X_q, h1[s], h2,
+                                                      row[s], col, beta,
+                                                      **options)
         return dist, parts
 
     @staticmethod
     def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
                  options, want_parts):
-        grads = [torch.zeros_like(t) for t in (X_p, X_q, h1, h2, row, col,
-                                               beta)]
+        grads = [
+            torch.zeros_like(t) for t in (X_p, X_q, h1, h2, row, col, beta)
+        ]
         N, V_q, _ = X_q.shape
         parts = (X_p.new_empty(X_p.shape[0], N, V_q, X_q.shape[2])
                  if want_parts else None)

@@ -49,6 +49,7 @@ except ImportError:  # the backend reports itself unavailable
     triton = None
 
     class tl:  # noqa: N801 - for the annotations and constants below
+
         @staticmethod
         def constexpr(value=None):
             return value
@@ -140,21 +141,20 @@ def _cross_cost(Xp, Xq, D: tl.constexpr, FP32: tl.constexpr):
     sqp = tl.sum(Xp * Xp, axis=1)
     sqq = tl.sum(Xq * Xq, axis=1)
     dot = tl.sum(Xp[:, None, :] * Xq[None, :, :], axis=2)
-    sq = ((ra * ra) * sqp[:, None] + (rb * rb) * sqq[None, :]) - (
-        2.0 * (ra * rb)) * dot
+    sq = ((ra * ra) * sqp[:, None] +
+          (rb * rb) * sqq[None, :]) - (2.0 * (ra * rb)) * dot
     sq = sq * c * c
     x = _div(-tl.maximum(sq, 0.0), tl.zeros_like(sq) + D, FP32)
     return sq, _neg_expm1(x), tl.exp(x)
 
 
 @_jit
-def _plan(h1, H2, row, col, K, beta, rmask, cmask,
-          BP: tl.constexpr, BQ: tl.constexpr, OUTER: tl.constexpr,
-          INNER: tl.constexpr, PROXIMAL: tl.constexpr,
-          UNIFORM: tl.constexpr, EPS: tl.constexpr, P: tl.constexpr,
-          Q: tl.constexpr, LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
-          LOG_T0: tl.constexpr, UNIF: tl.constexpr, TINY: tl.constexpr,
-          LO: tl.constexpr, FP32: tl.constexpr):
+def _plan(h1, H2, row, col, K, beta, rmask, cmask, BP: tl.constexpr,
+          BQ: tl.constexpr, OUTER: tl.constexpr, INNER: tl.constexpr,
+          PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr, EPS: tl.constexpr,
+          P: tl.constexpr, Q: tl.constexpr, LOG_P: tl.constexpr,
+          LOG_Q: tl.constexpr, LOG_T0: tl.constexpr, UNIF: tl.constexpr,
+          TINY: tl.constexpr, LO: tl.constexpr, FP32: tl.constexpr):
     """The rounded plan [BP, BQ] (zero where padded) of one problem, the
     fixed-count path of :func:`mmhgw.ot.plan_from_terms`; also ``h1 T``.
 
@@ -198,8 +198,9 @@ def _plan(h1, H2, row, col, K, beta, rmask, cmask,
             g = tl.where(cmask, LOG_Q - (tl.log(c) + mx), 0.0)
             if INNER > 1:
                 # Stabilised kernel-domain iterations on M = exp(logk+f+g).
-                M = tl.where(mask, tl.exp(tl.maximum(
-                    LK + f[:, None] + g[None, :], LO)), zero)
+                M = tl.where(
+                    mask, tl.exp(tl.maximum(LK + f[:, None] + g[None, :], LO)),
+                    zero)
                 u = f * 0.0
                 v = tl.where(cmask, g * 0.0 + 1.0, 0.0)
                 for _it in range(INNER - 1):
@@ -225,9 +226,10 @@ def _plan(h1, H2, row, col, K, beta, rmask, cmask,
         # (total^2 > tiny: total >= 0).
         total = tl.sum(dp, axis=0)
         acts = total * total > TINY
-        T = T + tl.where(acts, _div(dp[:, None] * dq[None, :],
-                                    zero + tl.where(acts, total, 1.0), FP32),
-                         0.0)
+        T = T + tl.where(
+            acts,
+            _div(dp[:, None] * dq[None, :], zero + tl.where(acts, total, 1.0),
+                 FP32), 0.0)
     A = tl.sum(h1[:, :, None] * T[None, :, :], axis=1)
     return T, A
 
@@ -241,8 +243,7 @@ def _forward_kernel(XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N,
                     EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
                     LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
                     LOG_T0: tl.constexpr, UNIF: tl.constexpr,
-                    TINY: tl.constexpr, LO: tl.constexpr,
-                    FP32: tl.constexpr):
+                    TINY: tl.constexpr, LO: tl.constexpr, FP32: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     m = pid // N
     n = pid % N
@@ -265,17 +266,18 @@ def _forward_kernel(XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N,
     beta = tl.load(BETA)
     # A problem with a non-finite input gets a NaN plan (the reference's
     # poisoned_problems); padded entries were loaded as 0.
-    good = (_finite(Xp) & _finite(h1) & _finite(row) & _finite(Xq) &
-            _finite(h2) & _finite(col) & (beta - beta == 0.0))
+    good = (_finite(Xp) & _finite(h1) & _finite(row) & _finite(Xq)
+            & _finite(h2) & _finite(col) & (beta - beta == 0.0))
     sq, K, E = _cross_cost(Xp, Xq, D, FP32)
-    T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER,
-                 INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q, LOG_T0,
-                 UNIF, TINY, LO, FP32)
+    T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER, INNER,
+                 PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q, LOG_T0, UNIF,
+                 TINY, LO, FP32)
     T = tl.where(good, T, NAN)
     # Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
     C = tl.sum(A[:, None, :] * h2[None, :, :], axis=2)
-    value = tl.sum(tl.sum(((row[:, None] + col[None, :]) - C + beta * K) * T,
-                          axis=1), axis=0)
+    value = tl.sum(
+        tl.sum(((row[:, None] + col[None, :]) - C + beta * K) * T, axis=1),
+        axis=0)
     tl.store(DIST + pid, value)
     # Parts: V_q T^T X_p (columns of the plan sum to 1 / V_q).
     parts = VQ * tl.sum(T[:, :, None] * Xp[:, None, :], axis=0)
@@ -286,15 +288,14 @@ def _forward_kernel(XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N,
 @_jit
 def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
                      DXQ, DH2, DCOL, DBETA, PARTS, M0, N,
-                     WANT_PARTS: tl.constexpr, VP: tl.constexpr, VQ: tl.constexpr, D: tl.constexpr,
-                     BP: tl.constexpr, BQ: tl.constexpr, BD: tl.constexpr,
-                     OUTER: tl.constexpr, INNER: tl.constexpr,
-                     PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
-                     EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
-                     LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
+                     WANT_PARTS: tl.constexpr, VP: tl.constexpr,
+                     VQ: tl.constexpr, D: tl.constexpr, BP: tl.constexpr,
+                     BQ: tl.constexpr, BD: tl.constexpr, OUTER: tl.constexpr,
+                     INNER: tl.constexpr, PROXIMAL: tl.constexpr,
+                     UNIFORM: tl.constexpr, EPS: tl.constexpr, P: tl.constexpr,
+                     Q: tl.constexpr, LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
                      LOG_T0: tl.constexpr, UNIF: tl.constexpr,
-                     TINY: tl.constexpr, LO: tl.constexpr,
-                     FP32: tl.constexpr):
+                     TINY: tl.constexpr, LO: tl.constexpr, FP32: tl.constexpr):
     """Envelope gradient of location ``M0 + pid`` over all types.
 
     At the fixed plan T: d/drow = gd T 1, d/dcol = gd T^T 1,
@@ -316,8 +317,8 @@ def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
     pp_mask = rmask[:, None] & rmask[None, :]
     qe_mask = cmask[:, None] & emask[None, :]
     qq_mask = cmask[:, None] & cmask[None, :]
-    Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :],
-                 mask=pe_mask, other=0.0)
+    Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :], mask=pe_mask,
+                 other=0.0)
     h1 = tl.load(H1 + m * VP * VP + ip[:, None] * VP + ip[None, :],
                  mask=pp_mask, other=0.0)
     row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
@@ -335,17 +336,18 @@ def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
         col = tl.load(COL + n * VQ + iq, mask=cmask, other=0.0)
         sq, K, E = _cross_cost(Xp, Xq, D, FP32)
         T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER,
-                     INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q,
-                     LOG_T0, UNIF, TINY, LO, FP32)
+                     INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q, LOG_T0,
+                     UNIF, TINY, LO, FP32)
         # A NaN plan for a problem with a non-finite input: every gradient
         # term below holds T, except dX_q's, whose clamp mask could hide
         # it; that one is set to NaN explicitly.
         good = good_location & _finite(Xq) & _finite(h2) & _finite(col)
         T = tl.where(good, T, NAN)
         if WANT_PARTS:
-            tl.store(PARTS + (m * N + n) * VQ * D + iq[:, None] * D +
-                     ie[None, :], VQ * tl.sum(T[:, :, None] * Xp[:, None, :],
-                                              axis=0), mask=qe_mask)
+            tl.store(
+                PARTS + (m * N + n) * VQ * D + iq[:, None] * D + ie[None, :],
+                VQ * tl.sum(T[:, :, None] * Xp[:, None, :], axis=0),
+                mask=qe_mask)
         gd = tl.load(GD + m * N + n)
         gp = tl.load(GP + (m * N + n) * VQ * D + iq[:, None] * D + ie[None, :],
                      mask=qe_mask, other=0.0)
@@ -355,8 +357,9 @@ def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
         B = tl.sum(T[:, :, None] * h2[None, :, :], axis=1)
         dh1 -= gd * tl.sum(B[:, None, :] * T[None, :, :], axis=2)
         # Cross cost: dsq/dx_i = 2 (x_i - y_j) = -dsq/dy_j.
-        gsq = tl.where(sq >= 0, _div(gd * beta * T * E,
-                                     tl.zeros_like(T) + D, FP32), 0.0)
+        gsq = tl.where(sq >= 0,
+                       _div(gd * beta * T * E,
+                            tl.zeros_like(T) + D, FP32), 0.0)
         gx = 2.0 * gsq[:, :, None] * (Xp[:, None, :] - Xq[None, :, :])
         dXp += tl.sum(gx, axis=1)
         # Per-type gradients: partials of this (location, type).
@@ -391,15 +394,16 @@ def _meta(X_p, X_q, eps, outer, inner, proximal, uniform):
     p = torch.tensor(1.0 / V_p, dtype=dtype)
     q = torch.tensor(1.0 / V_q, dtype=dtype)
     log_p, log_q = torch.log(p), torch.log(q)
-    return dict(
-        VP=V_p, VQ=V_q, D=d, BP=triton.next_power_of_2(V_p),
-        BQ=triton.next_power_of_2(V_q), BD=triton.next_power_of_2(d),
-        OUTER=int(outer), INNER=int(inner), PROXIMAL=bool(proximal),
-        UNIFORM=bool(uniform), EPS=float(torch.tensor(eps, dtype=dtype)),
-        P=float(p), Q=float(q), LOG_P=float(log_p), LOG_Q=float(log_q),
-        LOG_T0=float(log_p + log_q),
-        UNIF=float(torch.tensor(1.0 / (V_p * V_q), dtype=dtype)),
-        TINY=tiny, LO=0.5 * math.log(tiny), FP32=dtype == torch.float32)
+    return dict(VP=V_p, VQ=V_q, D=d, BP=triton.next_power_of_2(V_p),
+                BQ=triton.next_power_of_2(V_q), BD=triton.next_power_of_2(d),
+                OUTER=int(outer), INNER=int(inner), PROXIMAL=bool(proximal),
+                UNIFORM=bool(uniform), EPS=float(torch.tensor(
+                    eps,
+                    dtype=dtype)), P=float(p), Q=float(q), LOG_P=float(log_p),
+                LOG_Q=float(log_q), LOG_T0=float(log_p + log_q),
+                UNIF=float(torch.tensor(1.0 / (V_p * V_q),
+                                        dtype=dtype)), TINY=tiny,
+                LO=0.5 * math.log(tiny), FP32=dtype == torch.float32)
 
 
 def _num_warps(meta, itemsize, backward):
@@ -425,8 +429,9 @@ def forward(X_p, X_q, h1, h2, row, col, beta, eps, outer, inner, proximal,
         return dist, parts
     meta = _meta(X_p, X_q, eps, outer, inner, proximal, uniform)
     _forward_kernel[(M * N, )](X_p, X_q, h1, h2, row, col, beta, dist, parts,
-                               N, num_warps=_num_warps(
-                                   meta, X_p.element_size(), False), **meta)
+                               N, num_warps=_num_warps(meta,
+                                                       X_p.element_size(),
+                                                       False), **meta)
     return dist, parts
 
 
@@ -456,11 +461,12 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
     part_beta = X_p.new_empty(chunk, N)
     for start in range(0, M, chunk):
         length = min(chunk, M - start)
-        _backward_kernel[(length, )](
-            grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, dX_p,
-            dh1, drow, part_xq, part_h2, part_col, part_beta,
-            dX_p if parts is None else parts, start, N, bool(want_parts),
-            num_warps=num_warps, **meta)
+        _backward_kernel[(length, )](grad_dist, grad_parts, X_p, X_q, h1, h2,
+                                     row, col, beta, dX_p, dh1, drow, part_xq,
+                                     part_h2, part_col, part_beta,
+                                     dX_p if parts is None else parts, start,
+                                     N, bool(want_parts), num_warps=num_warps,
+                                     **meta)
         dX_q += part_xq[:length].sum(0)
         dh2 += part_h2[:length].sum(0)
         dcol += part_col[:length].sum(0)

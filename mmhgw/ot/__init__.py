@@ -25,10 +25,9 @@ __all__ = [
     'CPU_CHUNK_ENTRIES', 'DISTANCE_FLOOR', 'GRAD_MODES', 'LOSSES', 'MIN_EPS',
     'REGULARIZERS', 'GWFactors', 'GWTerms', 'HGWResult', 'bound_distance',
     'check_solver_options', 'count_structure', 'embedding_distance',
-    'exp_floor', 'floored_exp', 'gw_apply', 'gw_factors',
-    'gw_tensor_product', 'gw_terms', 'hgw_distance', 'hgw_value',
-    'kl_off_diagonal', 'logsumexp', 'mix_structure', 'plan_from_terms',
-    'power_of_two_scale', 'presence', 'round_to_polytope', 'safe_log',
-    'scaled_squared_distance', 'sinkhorn_log', 'solve_plan',
-    'uniform_marginals', 'uniform_plan', 'zipf_structure'
+    'exp_floor', 'floored_exp', 'gw_apply', 'gw_factors', 'gw_tensor_product',
+    'gw_terms', 'hgw_distance', 'hgw_value', 'kl_off_diagonal', 'logsumexp',
+    'mix_structure', 'plan_from_terms', 'power_of_two_scale', 'presence',
+    'round_to_polytope', 'safe_log', 'scaled_squared_distance', 'sinkhorn_log',
+    'solve_plan', 'uniform_marginals', 'uniform_plan', 'zipf_structure'
 ]

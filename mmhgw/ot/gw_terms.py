@@ -41,8 +41,9 @@ class GWFactors(NamedTuple):
     def terms(self) -> GWTerms:
         """The :class:`GWTerms` of these factors (the constant expanded to
         the broadcast of ``row`` [..., V_p, 1] and ``col`` [..., 1, V_q])."""
-        return GWTerms(self.row.unsqueeze(-1) + self.col.unsqueeze(-2),
-                       self.h1, self.h2.transpose(-1, -2))
+        return GWTerms(
+            self.row.unsqueeze(-1) + self.col.unsqueeze(-2), self.h1,
+            self.h2.transpose(-1, -2))
 
 
 def gw_factors(C_p: Tensor, C_q: Tensor, p: Tensor, q: Tensor,
@@ -90,8 +91,8 @@ def gw_apply(terms: GWTerms, T: Tensor) -> Tensor:
     return terms.const - torch.einsum('...ij,...jk->...ik', h1_T, terms.h2t)
 
 
-def gw_tensor_product(C_p: Tensor, C_q: Tensor, T: Tensor, *,
-                      loss: str = 'kl', p: Optional[Tensor] = None,
+def gw_tensor_product(C_p: Tensor, C_q: Tensor, T: Tensor, *, loss: str = 'kl',
+                      p: Optional[Tensor] = None,
                       q: Optional[Tensor] = None) -> Tensor:
     """The GW tensor product ``L(C_p, C_q) (x) T`` of paper Eq. 8 / Eq. 10.
 

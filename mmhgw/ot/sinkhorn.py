@@ -46,8 +46,8 @@ def sinkhorn_log(log_kernel: Tensor, log_p: Tensor, log_q: Tensor,
         f = log_p - logsumexp(log_kernel + g.unsqueeze(-2), dim=-1)
         g = log_q - logsumexp(log_kernel + f.unsqueeze(-1), dim=-2)
         if tol is not None:
-            rows = logsumexp(
-                log_kernel + f.unsqueeze(-1) + g.unsqueeze(-2), dim=-1)
+            rows = logsumexp(log_kernel + f.unsqueeze(-1) + g.unsqueeze(-2),
+                             dim=-1)
             if (rows.exp() - log_p.exp()).abs().max() < tol:
                 break
     if f is None:
@@ -99,8 +99,8 @@ def round_to_polytope(T: Tensor, p: Tensor, q: Tensor) -> Tensor:
 
 
 def scaling_iterations(log_kernel: Tensor, f: Tensor, g: Tensor, p: Tensor,
-                       q: Tensor, n_iters: int
-                       ) -> Tuple[Tensor, Tensor, Tensor]:
+                       q: Tensor,
+                       n_iters: int) -> Tuple[Tensor, Tensor, Tensor]:
     """Sinkhorn iterations in the kernel domain, from log potentials:
     ``u = p / (M v)``, ``v = q / (M^T u)``; returns ``(T, f, g)`` with
     ``T = diag(u) M diag(v)`` [..., V_p, V_q].
@@ -125,8 +125,8 @@ def scaling_iterations(log_kernel: Tensor, f: Tensor, g: Tensor, p: Tensor,
     return M * u.unsqueeze(-1) * v.unsqueeze(-2), f, g
 
 
-def proximal_iterations(terms, K, beta, p, q, eps, outer_iters,
-                        inner_iters, proximal, tol, batch_shape):
+def proximal_iterations(terms, K, beta, p, q, eps, outer_iters, inner_iters,
+                        proximal, tol, batch_shape):
     """The outer loop of Algorithm 1 (Eq. 25 / 25a); returns the unrounded
     plan [*batch_shape, V_p, V_q].
 

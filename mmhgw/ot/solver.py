@@ -49,8 +49,8 @@ def check_solver_options(*, eps, outer_iters, inner_iters,
                                  ('grad', grad, GRAD_MODES)):
         if value not in allowed:
             raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
-    for name, value in (('outer_iters', outer_iters),
-                        ('inner_iters', inner_iters)):
+    for name, value in (('outer_iters', outer_iters), ('inner_iters',
+                                                       inner_iters)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f'{name} must be a positive int, got {value!r}')
     # Written so that NaN fails too (every comparison with NaN is False).
@@ -61,11 +61,10 @@ def check_solver_options(*, eps, outer_iters, inner_iters,
                          f'{eps!r}')
 
 
-def _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
-                  loss, regularizer, grad, tol, check_values,
-                  chunk_entries=None):
-    if not (chunk_entries is None or chunk_entries == 'auto' or (
-            isinstance(chunk_entries, int) and chunk_entries > 0)):
+def _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters, loss,
+                  regularizer, grad, tol, check_values, chunk_entries=None):
+    if not (chunk_entries is None or chunk_entries == 'auto' or
+            (isinstance(chunk_entries, int) and chunk_entries > 0)):
         raise ValueError(f"chunk_entries must be 'auto', None or a positive "
                          f'int, got {chunk_entries!r}')
     if loss not in LOSSES:
@@ -135,8 +134,8 @@ def uniform_marginals(V_p: int, V_q: int,
                       like: Tensor) -> Tuple[Tensor, Tensor]:
     """``p = 1 / V_p`` [V_p] and ``q = 1 / V_q`` [V_q], in ``like``'s dtype
     and device: the marginals of every problem of the capsule layer."""
-    return (like.new_full((V_p, ), 1.0 / V_p),
-            like.new_full((V_q, ), 1.0 / V_q))
+    return (like.new_full((V_p, ), 1.0 / V_p), like.new_full((V_q, ),
+                                                             1.0 / V_q))
 
 
 def uniform_plan(like: Tensor) -> Tensor:
@@ -160,8 +159,7 @@ def _chunk_split(batch_shape: torch.Size, entries_per_problem: int,
     return None if length >= batch_shape[axis] else (axis, length)
 
 
-def _narrow_batch(t, core: int, axis_from_end: int, start: int,
-                  length: int):
+def _narrow_batch(t, core: int, axis_from_end: int, start: int, length: int):
     """Slice ``t`` (``core`` trailing non-batch dims) along the batch axis
     ``axis_from_end`` (negative, counted from the last batch dim), unless
     ``t`` broadcasts along it."""
@@ -185,14 +183,15 @@ def plan_from_terms(terms: GWTerms, K: Tensor, beta: Union[float, Tensor],
     inputs. Options as :func:`hgw_distance`; inputs are not validated.
     """
     V_p, V_q = K.shape[-2:]
-    batch_shape = torch.broadcast_shapes(
-        terms.const.shape[:-2], terms.h1.shape[:-2], terms.h2t.shape[:-2],
-        K.shape[:-2], p.shape[:-1], q.shape[:-1])
+    batch_shape = torch.broadcast_shapes(terms.const.shape[:-2],
+                                         terms.h1.shape[:-2],
+                                         terms.h2t.shape[:-2], K.shape[:-2],
+                                         p.shape[:-1], q.shape[:-1])
     proximal = regularizer == 'proximal'
     if chunk_entries == 'auto':
         chunk_entries = CPU_CHUNK_ENTRIES if K.device.type == 'cpu' else None
-    split = None if tol is not None else _chunk_split(
-        batch_shape, V_p * V_q, chunk_entries)
+    split = None if tol is not None else _chunk_split(batch_shape, V_p *
+                                                      V_q, chunk_entries)
 
     def solve_one(terms, K, beta, p, q, batch_shape):
         T = proximal_iterations(terms, K, beta, p, q, eps, outer_iters,
@@ -205,20 +204,21 @@ def plan_from_terms(terms: GWTerms, K: Tensor, beta: Union[float, Tensor],
     from_end = axis - len(batch_shape)
     plans = []
     for start in range(0, batch_shape[axis], length):
+
         def cut(t, core):
             return _narrow_batch(t, core, from_end, start, length)
 
         shape = list(batch_shape)
         shape[axis] = min(length, batch_shape[axis] - start)
-        plans.append(solve_one(
-            GWTerms(*(cut(t, 2) for t in terms)), cut(K, 2), cut(beta, 2),
-            cut(p, 1), cut(q, 1), torch.Size(shape)))
+        plans.append(
+            solve_one(GWTerms(*(cut(t, 2) for t in terms)), cut(K, 2),
+                      cut(beta, 2), cut(p, 1), cut(q, 1), torch.Size(shape)))
     return torch.cat(plans, dim=from_end - 2)
 
 
-def solve_plan(terms: GWTerms, K: Tensor, beta: Union[float, Tensor],
-               p: Tensor, q: Tensor, *, grad: str = 'envelope',
-               **options) -> Tensor:
+def solve_plan(terms: GWTerms, K: Tensor, beta: Union[float,
+                                                      Tensor], p: Tensor,
+               q: Tensor, *, grad: str = 'envelope', **options) -> Tensor:
     """:func:`plan_from_terms` with the gradient mode ``grad``:
     ``'unroll'`` differentiates through the iterations; ``'envelope'``
     iterates without autograd on detached inputs (memory of one plan
@@ -229,8 +229,7 @@ def solve_plan(terms: GWTerms, K: Tensor, beta: Union[float, Tensor],
     with torch.no_grad():
         return plan_from_terms(
             GWTerms(*(t.detach() for t in terms)), K.detach(),
-            beta.detach() if torch.is_tensor(beta) else beta, p, q,
-            **options)
+            beta.detach() if torch.is_tensor(beta) else beta, p, q, **options)
 
 
 def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
@@ -238,10 +237,8 @@ def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
                  outer_iters: int, inner_iters: int, loss: str = 'kl',
                  regularizer: str = 'proximal', grad: str = 'envelope',
                  p: Optional[Tensor] = None, q: Optional[Tensor] = None,
-                 tol: Optional[float] = None,
-                 check_values: bool = True,
-                 chunk_entries: Union[int, str, None] = 'auto'
-                 ) -> HGWResult:
+                 tol: Optional[float] = None, check_values: bool = True,
+                 chunk_entries: Union[int, str, None] = 'auto') -> HGWResult:
     """Hybrid Gromov-Wasserstein distance and plan (paper Eq. 21, 24, 25).
 
     Solves ``min_{T in Gamma(p, q)} <L(C_p, C_q) (x) T, T> + beta <K, T>``
@@ -304,8 +301,8 @@ def hgw_distance(C_p: Tensor, C_q: Tensor, K: Tensor, *,
         :class:`HGWResult` with ``distance`` [...] and ``plan``
         [..., V_p, V_q]; the plan is detached in envelope mode.
     """
-    _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters,
-                  loss, regularizer, grad, tol, check_values, chunk_entries)
+    _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters, loss,
+                  regularizer, grad, tol, check_values, chunk_entries)
     V_p, V_q = C_p.shape[-1], C_q.shape[-1]
     dtype = torch.promote_types(torch.promote_types(C_p.dtype, C_q.dtype),
                                 K.dtype)

@@ -40,8 +40,8 @@ def embedding_distance(X: Tensor, Y: Tensor,
     return bound_distance(sq, X.shape[-1], floor)
 
 
-def mix_structure(C_obs: Tensor, C_emb: Tensor,
-                  beta: Union[float, Tensor]) -> Tensor:
+def mix_structure(C_obs: Tensor, C_emb: Tensor, beta: Union[float,
+                                                            Tensor]) -> Tensor:
     """``C(X) = (1 - beta) C_obs + beta K(X, X)`` (paper, below Eq. 21).
 
     Both inputs in ``(0, 1]`` keep the mixture in ``(0, 1]`` for any
@@ -105,8 +105,8 @@ def count_structure(x: Tensor, types: int, kernel_size, stride=1, padding=0,
     with torch.no_grad():
         B, C, H, W = x.shape
         a = presence(x.view(B, types, C // types, H, W), dim=2)
-        patches = F.unfold(a, kernel_size, dilation=dilation,
-                           padding=padding, stride=stride)
+        patches = F.unfold(a, kernel_size, dilation=dilation, padding=padding,
+                           stride=stride)
         patches = patches.view(B, types, -1, patches.shape[-1])
         counts = torch.einsum('birl,bjrl->blij', patches, patches)
         return 1 / (1 + counts)

@@ -8,8 +8,10 @@ from mmhgw.evaluation import SeparabilityMetric
 
 
 def samples(logits, labels):
-    return [dict(seg_logits=dict(data=lg), gt_sem_seg=dict(data=lb[None]))
-            for lg, lb in zip(logits, labels)]
+    return [
+        dict(seg_logits=dict(data=lg), gt_sem_seg=dict(data=lb[None]))
+        for lg, lb in zip(logits, labels)
+    ]
 
 
 def brute_force(prob, positive):
@@ -38,7 +40,7 @@ def test_matches_brute_force_on_quantised_scores():
     for _ in range(3):
         label = (torch.rand(9, 11) < 0.3).long()
         centre = (torch.randint(0, bins, (9, 11)) + 0.5) / bins
-        centre = torch.where(label.bool(), centre.sqrt(), centre ** 2)
+        centre = torch.where(label.bool(), centre.sqrt(), centre**2)
         centre = ((centre * bins).floor() + 0.5) / bins
         logit1 = torch.log(centre / (1 - centre))
         logits.append(torch.stack([torch.zeros_like(logit1), logit1]))
@@ -79,13 +81,14 @@ def test_bad_input_is_named():
         SeparabilityMetric(positive_index=-1)
     metric = SeparabilityMetric(positive_index=2)
     with pytest.raises(ValueError, match='positive_index=2'):
-        metric.process({}, samples([torch.zeros(2, 2, 2)],
-                                   [torch.zeros(2, 2).long()]))
+        metric.process({},
+                       samples([torch.zeros(2, 2, 2)],
+                               [torch.zeros(2, 2).long()]))
     with pytest.raises(KeyError, match='seg_logits'):
         metric.process({}, [dict(gt_sem_seg=dict(data=torch.zeros(1, 2)))])
     metric = SeparabilityMetric()
-    metric.process({}, samples([torch.zeros(2, 2, 2)],
-                               [torch.ones(2, 2).long()]))
+    metric.process({},
+                   samples([torch.zeros(2, 2, 2)], [torch.ones(2, 2).long()]))
     with pytest.raises(ValueError, match='both are needed'):
         metric.compute_metrics(metric.results)
 

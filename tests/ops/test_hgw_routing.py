@@ -7,10 +7,10 @@ import warnings
 import pytest
 import torch
 
+from mmhgw.benchmarking import random_routing_inputs
 from mmhgw.ops import (cpp_available, cross_cost, hgw_routing,
                        hgw_routing_reference, triton_available)
 from mmhgw.ot import MIN_EPS
-from mmhgw.benchmarking import random_routing_inputs
 
 # The module, not the function of the same name that mmhgw.ops exports.
 routing_module = importlib.import_module('mmhgw.ops.hgw_routing')
@@ -18,15 +18,16 @@ routing_module = importlib.import_module('mmhgw.ops.hgw_routing')
 #: (M, N, V_p, V_q, d): odd sizes (the generic loops), and the layer's
 #: shapes (V_q = 8 with V_p = 16 / 32: the SIMD path, its backward with
 #: d = 8; an odd number of types; d = 5).
-SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 5, 32, 8, 8),
-         (2, 3, 32, 8, 5)]
+SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 5, 32, 8, 8), (2, 3, 32, 8, 5)]
 
 
 def make_inputs(M, N, V_p, V_q, d, dtype, seed=0):
     """Layer-like inputs (:func:`mmhgw.benchmarking.random_routing_inputs`)
     that require gradients."""
-    return [t.requires_grad_()
-            for t in random_routing_inputs(M, N, V_p, V_q, d, dtype, seed)]
+    return [
+        t.requires_grad_()
+        for t in random_routing_inputs(M, N, V_p, V_q, d, dtype, seed)
+    ]
 
 
 def relative(a, b):
@@ -63,9 +64,10 @@ def test_cpp_extension_is_built():
 @pytest.mark.parametrize('backend', fused_backends())
 @pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
 @pytest.mark.parametrize('size', SIZES)
-@pytest.mark.parametrize('eps,routing,regularizer', [
-    (1e-3, 'hgw', 'proximal'), (1e-2, 'hgw', 'proximal'),
-    (1e-1, 'hgw', 'entropic'), (1e-3, 'uniform', 'proximal')])
+@pytest.mark.parametrize('eps,routing,regularizer',
+                         [(1e-3, 'hgw', 'proximal'), (1e-2, 'hgw', 'proximal'),
+                          (1e-1, 'hgw', 'entropic'),
+                          (1e-3, 'uniform', 'proximal')])
 def test_backend_equals_reference(backend, dtype, size, eps, routing,
                                   regularizer):
     inputs = make_inputs(*size, dtype)
@@ -88,9 +90,10 @@ def test_leading_dims_and_only_one_output_used(backend):
     inputs = make_inputs(6, 3, 7, 5, 3, torch.float64)
     X_p, X_q, h1, h2, row, col, beta = inputs
     options = dict(eps=1e-2, outer_iters=2, inner_iters=3)
-    dist, parts = hgw_routing(X_p.view(2, 3, 7, 3), X_q,
-                              h1.view(2, 3, 7, 7), h2, row.view(2, 3, 7),
-                              col, beta, backend=backend, **options)
+    dist, parts = hgw_routing(X_p.view(2, 3, 7, 3), X_q, h1.view(2, 3, 7,
+                                                                 7), h2,
+                              row.view(2, 3, 7), col, beta, backend=backend,
+                              **options)
     assert dist.shape == (2, 3, 3) and parts.shape == (2, 3, 3, 5, 3)
     flat_dist, flat_parts = hgw_routing_reference(*inputs, **options)
     torch.testing.assert_close(dist.reshape(6, 3), flat_dist)
@@ -120,8 +123,7 @@ def test_components_given_as_a_view_are_kept_without_a_copy(backend):
     contiguous copy of it, and its gradient still reaches the embedding."""
     B, V_p, d, H, W, N, V_q = 2, 16, 4, 3, 5, 6, 8
     g = torch.Generator().manual_seed(0)
-    embedding = torch.randn(B, V_p * d, H, W, generator=g,
-                            requires_grad=True)
+    embedding = torch.randn(B, V_p * d, H, W, generator=g, requires_grad=True)
     X_p = embedding.view(B, V_p, d, H * W).permute(0, 3, 1, 2)
     _, X_q, h1, h2, row, col, beta = make_inputs(B * H * W, N, V_p, V_q, d,
                                                  torch.float32)
@@ -134,17 +136,16 @@ def test_components_given_as_a_view_are_kept_without_a_copy(backend):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        dist, parts = hgw_routing(X_p, X_q, h1, h2, row, col, beta,
-                                  **options)
+        dist, parts = hgw_routing(X_p, X_q, h1, h2, row, col, beta, **options)
     assert embedding.untyped_storage().data_ptr() in storages
     assert len(storages) == len(set(storages))  # no second X_p copy
     (dist.sum() + parts.square().sum()).backward()
     flat = embedding.detach().view(B, V_p, d, H * W).permute(0, 3, 1, 2)
     flat = flat.reshape(-1, V_p, d).requires_grad_()
-    ref = hgw_routing_reference(flat, X_q, h1.reshape(-1, V_p, V_p), h2,
-                                row.reshape(-1, V_p), col, beta,
-                                **{k: v for k, v in options.items()
-                                   if k != 'backend'})
+    ref = hgw_routing_reference(
+        flat, X_q, h1.reshape(-1, V_p, V_p), h2, row.reshape(-1, V_p), col,
+        beta, **{k: v
+                 for k, v in options.items() if k != 'backend'})
     (ref[0].sum() + ref[1].square().sum()).backward()
     expected = flat.grad.view(B, H * W, V_p, d).permute(0, 2, 3, 1)
     assert relative(embedding.grad, expected.reshape(embedding.shape)) < 1e-4
@@ -155,11 +156,13 @@ def test_cpp_plans_give_the_reference_parts():
     """The plans binding (convergence studies) returns each (location, type)
     plan in its place, also where types are solved two at a time."""
     M, N, V_p, V_q, d = 2, 5, 32, 8, 8
-    inputs = [t.detach() for t in make_inputs(M, N, V_p, V_q, d,
-                                              torch.float32)]
+    inputs = [
+        t.detach() for t in make_inputs(M, N, V_p, V_q, d, torch.float32)
+    ]
     X_p, X_q, h1, h2, row, col, beta = inputs
-    T = routing_module._load_ext().hgw_routing_plans(
-        X_p, X_q, h1, h2, row, col, 0.5, 1e-2, 3, 4, True, False, True)
+    T = routing_module._load_ext().hgw_routing_plans(X_p, X_q, h1, h2, row,
+                                                     col, 0.5, 1e-2, 3, 4,
+                                                     True, False, True)
     assert T.shape == (M, N, V_p, V_q)
     _, parts_ref = hgw_routing_reference(*inputs, eps=1e-2, outer_iters=3,
                                          inner_iters=4)
@@ -193,9 +196,9 @@ def test_pose_map_keeps_no_parts_for_backward(backend):
     M, N, V_p, V_q, d, O = 40, 32, 16, 8, 8, 4
     inputs = make_inputs(M, N, V_p, V_q, d, torch.float32)
     weight = torch.randn(N, V_q * d, O).requires_grad_()
-    (dist, pose), saved = saved_for_backward(lambda: hgw_routing(
-        *inputs, eps=1e-2, outer_iters=2, inner_iters=3, backend=backend,
-        pose_weight=weight))
+    (dist, pose), saved = saved_for_backward(
+        lambda: hgw_routing(*inputs, eps=1e-2, outer_iters=2, inner_iters=3,
+                            backend=backend, pose_weight=weight))
     # The inputs only: h1 [M, V_p, V_p] is the largest; the parts would be
     # M N V_q d, 16x that.
     assert max(saved) == M * V_p * V_p
@@ -205,8 +208,9 @@ def test_pose_map_keeps_no_parts_for_backward(backend):
 
 def test_pose_weight_of_the_wrong_shape_is_named():
     inputs = make_inputs(2, 3, 5, 4, 2, torch.float64)
-    with pytest.raises(ValueError, match=r'pose_weight must have shape '
-                       r'\(N, V_q \* d, O\) = \(3, 8, O\)'):
+    with pytest.raises(
+            ValueError, match=r'pose_weight must have shape '
+            r'\(N, V_q \* d, O\) = \(3, 8, O\)'):
         hgw_routing(*inputs, outer_iters=1, inner_iters=1,
                     pose_weight=torch.zeros(3, 6, 2, dtype=torch.float64))
 
@@ -312,8 +316,7 @@ def nan_where_the_reference_has_nan(backend, inputs, **options):
     outputs and gradients against the reference's."""
     ref = hgw_routing_reference(*inputs, **options)
     g = torch.Generator().manual_seed(1)
-    upstream = [torch.randn(t.shape, generator=g, dtype=t.dtype)
-                for t in ref]
+    upstream = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in ref]
     grads_ref = torch.autograd.grad(ref, inputs, upstream)
     out = hgw_routing(*inputs, backend=backend, **options)
     grads = torch.autograd.grad(out, inputs, upstream)
@@ -337,8 +340,9 @@ def test_non_finite_inputs_give_nan_where_the_reference_does(
     NaN, and only those (the SIMD size also puts a poisoned and a finite
     type side by side in one vector)."""
     inputs = poisoned_inputs(size, dtype, *poison)
-    ref, results = nan_where_the_reference_has_nan(
-        backend, inputs, eps=1e-2, outer_iters=2, inner_iters=3)
+    ref, results = nan_where_the_reference_has_nan(backend, inputs, eps=1e-2,
+                                                   outer_iters=2,
+                                                   inner_iters=3)
     # Some problems are poisoned, and (but with beta) not all.
     assert ref[0].isnan().any()
     assert poison[0] == 'beta' or not ref[0].isnan().all()
@@ -350,8 +354,8 @@ def test_non_finite_inputs_give_nan_where_the_reference_does(
 def test_non_finite_inputs_with_the_pose_map_and_uniform_routing(backend):
     """Uniform routing solves nothing, yet a poisoned problem is NaN too;
     the pose map carries the NaN to the poses only of those problems."""
-    inputs = poisoned_inputs((4, 3, 16, 8, 8), torch.float32, 'X_q',
-                             (1, 0, 0), math.nan)
+    inputs = poisoned_inputs((4, 3, 16, 8, 8), torch.float32, 'X_q', (1, 0, 0),
+                             math.nan)
     weight = torch.randn(3, 64, 5)
     for routing in ('hgw', 'uniform'):
         dist, pose = hgw_routing(*inputs, eps=1e-2, outer_iters=2,
@@ -370,8 +374,7 @@ def test_large_embeddings_give_finite_outputs(backend, scale):
     """Embeddings whose squares overflow float32 (as a convolution's input
     may be) give the distances and parts of the float64 reference, where
     nothing overflows."""
-    inputs = [t.detach() for t in make_inputs(3, 4, 16, 8, 8,
-                                              torch.float64)]
+    inputs = [t.detach() for t in make_inputs(3, 4, 16, 8, 8, torch.float64)]
     inputs[0] = inputs[0] * scale
     inputs[1] = inputs[1] * (scale / 2)
     options = dict(eps=1e-2, outer_iters=2, inner_iters=3)
@@ -391,16 +394,15 @@ def test_cross_cost_equals_the_plain_expansion_bit_for_bit():
     X_p, X_q = make_inputs(4, 3, 16, 8, 8, torch.float32)[:2]
     for factor in (1.0, 1e3, 1e15):
         a, b = X_p.detach() * factor, X_q.detach() * factor
-        dot = (a.reshape(-1, 8) @ b.reshape(-1, 8).T).view(
-            4, 16, 3, 8).transpose(1, 2)
+        dot = (a.reshape(-1, 8) @ b.reshape(-1, 8).T).view(4, 16, 3,
+                                                           8).transpose(1, 2)
         sq = (a.pow(2).sum(-1).view(4, 1, 16, 1) +
               b.pow(2).sum(-1).view(1, 3, 1, 8) - 2 * dot)
         plain = -torch.expm1(-sq.clamp_min(0) / 8)
         assert torch.equal(cross_cost(a, b), plain)
 
 
-@pytest.mark.parametrize('eps', [1e-300, 1e-20, 0.0, -1.0, math.nan,
-                                 math.inf])
+@pytest.mark.parametrize('eps', [1e-300, 1e-20, 0.0, -1.0, math.nan, math.inf])
 def test_eps_below_the_float32_bound_is_refused(eps):
     with pytest.raises(ValueError, match=r'eps must be a finite number >= '
                        r'1\.08e-19'):
@@ -428,8 +430,8 @@ def test_double_backward_raises_naming_the_op(backend, with_pose_map):
     dist, out = hgw_routing(*inputs, eps=1e-2, outer_iters=2, inner_iters=2,
                             backend=backend,
                             pose_weight=weight if with_pose_map else None)
-    (grad, ) = torch.autograd.grad(dist.sum() + out.square().sum(),
-                                   inputs[0], create_graph=True)
+    (grad, ) = torch.autograd.grad(dist.sum() + out.square().sum(), inputs[0],
+                                   create_graph=True)
     with pytest.raises(RuntimeError, match='mmhgw::hgw_routing is once '
                        'differentiable'):
         grad.square().sum().backward()
@@ -455,16 +457,16 @@ def test_factors_record_and_flat_order_give_the_same_op(backend):
     options = dict(eps=1e-2, outer_iters=2, inner_iters=3)
     results = []
     for record in (False, True):
-        X_p, X_q, h1, h2, row, col, beta = make_inputs(
-            3, 2, 5, 4, 3, torch.float64)
+        X_p, X_q, h1, h2, row, col, beta = make_inputs(3, 2, 5, 4, 3,
+                                                       torch.float64)
         args = ((GWFactors(row, col, h1, h2), beta) if record else
                 (h1, h2, row, col, beta))
-        dist, parts = hgw_routing(X_p, X_q, *args, backend=backend,
-                                  **options)
+        dist, parts = hgw_routing(X_p, X_q, *args, backend=backend, **options)
         ref = hgw_routing_reference(X_p, X_q, *args, **options)
         (dist.sum() + parts.square().sum()).backward()
-        results.append((dist, parts, *ref,
-                        *(t.grad for t in (X_p, X_q, h1, h2, row, col))))
+        results.append(
+            (dist, parts, *ref, *(t.grad
+                                  for t in (X_p, X_q, h1, h2, row, col))))
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
@@ -473,5 +475,4 @@ def test_wrong_number_of_factor_arguments_is_a_type_error():
     X_p, X_q, h1, h2, row, col, beta = make_inputs(3, 2, 5, 4, 3,
                                                    torch.float32)
     with pytest.raises(TypeError, match='GWFactors'):
-        hgw_routing(X_p, X_q, h1, h2, row, beta, outer_iters=1,
-                    inner_iters=1)
+        hgw_routing(X_p, X_q, h1, h2, row, beta, outer_iters=1, inner_iters=1)

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import mmhgw  # noqa: F401
+from mmhgw.benchmarking import random_routing_inputs
 from mmhgw.models.backbones import HGWCapsResNet
 from mmhgw.ops import hgw_routing
-from mmhgw.benchmarking import random_routing_inputs
 
 #: The op as torch.export (the overload) and Dynamo (the packet) name it.
 OP = (torch.ops.mmhgw.hgw_routing.default, torch.ops.mmhgw.hgw_routing)
@@ -27,9 +27,11 @@ def op_inputs():
 
 def holding_the_op(graphs):
     """A torch.compile backend that records each graph it is given."""
+
     def backend(gm, example_inputs):
         graphs.append(gm)
         return gm.forward
+
     return backend
 
 

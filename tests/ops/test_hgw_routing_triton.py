@@ -31,9 +31,10 @@ NAMES = ['dist', 'parts', 'X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta']
 
 
 def case_ids():
-    return [f'{dtype}-{"x".join(map(str, size))}-{o[0]}-{o[1]}-{o[2]}-'
-            f'{o[3]}x{o[4]}' for size in SIZES for dtype in DTYPES
-            for o in OPTIONS]
+    return [
+        f'{dtype}-{"x".join(map(str, size))}-{o[0]}-{o[1]}-{o[2]}-'
+        f'{o[3]}x{o[4]}' for size in SIZES for dtype in DTYPES for o in OPTIONS
+    ]
 
 
 def run_cases():
@@ -48,18 +49,21 @@ def run_cases():
         for dtype in DTYPES:
             for eps, routing, regularizer, outer, inner in OPTIONS:
                 inputs = make_inputs(*size, getattr(torch, dtype))
-                options = dict(eps=eps, outer_iters=outer,
-                               inner_iters=inner, regularizer=regularizer,
-                               routing=routing)
+                options = dict(eps=eps, outer_iters=outer, inner_iters=inner,
+                               regularizer=regularizer, routing=routing)
                 ref = hgw_routing_reference(*inputs, **options)
                 gen = torch.Generator().manual_seed(1)
-                upstream = [torch.randn(t.shape, generator=gen,
-                                        dtype=t.dtype) for t in ref]
+                upstream = [
+                    torch.randn(t.shape, generator=gen, dtype=t.dtype)
+                    for t in ref
+                ]
                 grads_ref = torch.autograd.grad(ref, inputs, upstream)
                 out = hgw_routing(*inputs, backend='triton', **options)
                 grads = torch.autograd.grad(out, inputs, upstream)
-                errors = [relative(a, b) for a, b in zip(
-                    (*out, *grads), (*ref, *grads_ref))]
+                errors = [
+                    relative(a, b)
+                    for a, b in zip((*out, *grads), (*ref, *grads_ref))
+                ]
                 results[next(ids)] = dict(zip(NAMES, errors))
     # Only the distances reach the loss (the parts' gradient is None), and
     # the backward runs its locations in chunks of one.
@@ -78,14 +82,15 @@ def run_cases():
                          dtype=torch.float64).requires_grad_()
     dist, parts = hgw_routing_reference(*inputs, **options)
     ref = (dist, torch.einsum('mnk,nko->mno', parts.flatten(-2), weight))
-    upstream = [torch.randn(t.shape, generator=gen, dtype=t.dtype)
-                for t in ref]
+    upstream = [
+        torch.randn(t.shape, generator=gen, dtype=t.dtype) for t in ref
+    ]
     grads_ref = torch.autograd.grad(ref, [*inputs, weight], upstream)
-    out = hgw_routing(*inputs, backend='triton', pose_weight=weight,
-                      **options)
+    out = hgw_routing(*inputs, backend='triton', pose_weight=weight, **options)
     grads = torch.autograd.grad(out, [*inputs, weight], upstream)
-    errors = [relative(a, b) for a, b in zip((*out, *grads),
-                                             (*ref, *grads_ref))]
+    errors = [
+        relative(a, b) for a, b in zip((*out, *grads), (*ref, *grads_ref))
+    ]
     results['pose-map'] = dict(zip(NAMES + ['pose_weight'], errors))
     results.update(special_cases())
     return results
@@ -109,25 +114,29 @@ def special_cases():
                 'triton', inputs, eps=1e-2, outer_iters=2, inner_iters=3)
             results[poison_id(size, poison)] = {
                 name: float(not (same and close))
-                for name, same, close in checks}
+                for name, same, close in checks
+            }
     inputs = [t.detach() for t in make_inputs(3, 2, 8, 8, 4, torch.float64)]
     inputs[0], inputs[1] = inputs[0] * 1e30, inputs[1] * 5e29
     options = dict(eps=1e-2, outer_iters=2, inner_iters=3)
     ref = hgw_routing_reference(*inputs, **options)
     out = hgw_routing(*[t.float() for t in inputs], backend='triton',
                       **options)
-    results['large'] = {name: relative(a.double(), b)
-                        for name, a, b in zip(NAMES, out, ref)}
+    results['large'] = {
+        name: relative(a.double(), b)
+        for name, a, b in zip(NAMES, out, ref)
+    }
     inputs = make_inputs(3, 2, 8, 8, 4, torch.float32)
     out = hgw_routing(*inputs, eps=MIN_EPS, outer_iters=5, inner_iters=3,
                       backend='triton')
     grads = torch.autograd.grad(out[0].sum() + out[1].sum(), inputs)
-    results['min-eps'] = {'non-finite': float(not all(
-        torch.isfinite(t).all() for t in (*out, *grads)))}
+    results['min-eps'] = {
+        'non-finite': float(not all(
+            torch.isfinite(t).all() for t in (*out, *grads)))
+    }
     out = hgw_routing(*inputs, eps=1e-2, outer_iters=2, inner_iters=2,
                       backend='triton')
-    (grad, ) = torch.autograd.grad(out[0].sum(), inputs[0],
-                                   create_graph=True)
+    (grad, ) = torch.autograd.grad(out[0].sum(), inputs[0], create_graph=True)
     try:
         grad.sum().backward()
         refused = False
@@ -143,8 +152,8 @@ def poison_id(size, poison):
 
 def special_ids():
     from test_hgw_routing import POISONS
-    return ([poison_id(size, p) for size in POISON_SIZES for p in POISONS] +
-            ['large', 'min-eps', 'double-backward'])
+    return ([poison_id(size, p) for size in POISON_SIZES
+             for p in POISONS] + ['large', 'min-eps', 'double-backward'])
 
 
 @pytest.fixture(scope='module')
@@ -156,9 +165,9 @@ def interpreted():
     # The child imports the same mmhgw as this process.
     env['PYTHONPATH'] = os.pathsep.join(
         [root] + [p for p in [env.get('PYTHONPATH')] if p])
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__)],
-                          env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__)], env=env,
+        capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

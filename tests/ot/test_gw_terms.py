@@ -22,5 +22,5 @@ def test_factors_apply_as_the_tensor_product_of_eq_8(loss):
     L = (a * torch.log(a / b) - a + b if loss == 'kl' else (a - b)**2)
     expected = torch.einsum('abjk,ab->jk', L, T)
     torch.testing.assert_close(gw_apply(factors.terms(), T), expected)
-    torch.testing.assert_close(
-        gw_apply(gw_terms(C_p, C_q, p, q, loss), T), expected)
+    torch.testing.assert_close(gw_apply(gw_terms(C_p, C_q, p, q, loss), T),
+                               expected)

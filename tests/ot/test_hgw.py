@@ -37,9 +37,9 @@ def pot_proximal_reference(C_p, C_q, K, beta, eps, outer, loss_fun='kl_loss',
                 cost = cost - eps * np.log(T)
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
-            T, log = ot.bregman.sinkhorn_log(p, q, cost, eps,
-                                             numItermax=20000, stopThr=1e-13,
-                                             log=True, warmstart=warm)
+            T, log = ot.bregman.sinkhorn_log(p, q, cost, eps, numItermax=20000,
+                                             stopThr=1e-13, log=True,
+                                             warmstart=warm)
         warm = (log['log_u'], log['log_v'])
     assert np.abs(T.sum(0) - q).max() < 1e-10  # the reference converged
     assert np.abs(T.sum(1) - p).max() < 1e-10
@@ -83,8 +83,7 @@ def test_fixed_point_matches_pot_fused_ppa(loss, loss_fun):
         ref_T = ot.gromov.entropic_fused_gromov_wasserstein(
             2 * beta * K.numpy(), C_p.numpy(), C_q.numpy(), p, q,
             loss_fun=loss_fun, epsilon=eps, alpha=0.5, G0=np.outer(p, q),
-            solver='PPA', max_iter=4, tol=0.0, numItermax=50000,
-            stopThr=1e-13)
+            solver='PPA', max_iter=4, tol=0.0, numItermax=50000, stopThr=1e-13)
     # POT's kernel-domain inner Sinkhorn stalls once the proximal kernel
     # grows sparse (marginal errors ~1e-5 after 30 steps), so the oracle is
     # the first steps, where it converges.
@@ -110,8 +109,8 @@ def test_square_loss_gw_matches_pot_gw_solver():
         warnings.simplefilter('ignore')
         ref_T, log = ot.gromov.entropic_gromov_wasserstein(
             C_p.numpy(), C_q.numpy(), p, q, loss_fun='square_loss',
-            epsilon=eps, G0=np.outer(p, q), solver='PPA', max_iter=4,
-            tol=0.0, log=True, numItermax=50000, stopThr=1e-13)
+            epsilon=eps, G0=np.outer(p, q), solver='PPA', max_iter=4, tol=0.0,
+            log=True, numItermax=50000, stopThr=1e-13)
     assert np.abs(ref_T.sum(0) - q).max() < 1e-10
     res = hgw_distance(C_p, C_q, K, beta=0.0, eps=eps / 2, loss='square',
                        outer_iters=4, inner_iters=50000, tol=1e-13)
@@ -140,8 +139,8 @@ def test_gw_tensor_product_matches_pot():
     T = np.outer(p, q)
     T = T * np.random.default_rng(0).uniform(0.5, 1.5, T.shape)
     for loss, loss_fun in (('kl', 'kl_loss'), ('square', 'square_loss')):
-        constC, hC1, hC2 = ot.gromov.init_matrix(C_p.numpy(), C_q.numpy(),
-                                                 p, q, loss_fun)
+        constC, hC1, hC2 = ot.gromov.init_matrix(C_p.numpy(), C_q.numpy(), p,
+                                                 q, loss_fun)
         ref = ot.gromov.tensor_product(constC, hC1, hC2, T)
         ours = gw_tensor_product(C_p, C_q, torch.from_numpy(T), loss=loss,
                                  p=torch.from_numpy(p), q=torch.from_numpy(q))
@@ -227,8 +226,7 @@ def test_non_uniform_marginals_with_zero_entry():
 @pytest.mark.parametrize('case', ['equal', 'zero_k', 'huge'])
 @pytest.mark.parametrize('grad', ['envelope', 'unroll'])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
-def test_degenerate_inputs_give_finite_values_and_gradients(
-        case, grad, dtype):
+def test_degenerate_inputs_give_finite_values_and_gradients(case, grad, dtype):
     if case == 'equal':  # every entry alike: all plans are optimal
         C_p = torch.full((4, 8, 8), 0.5, dtype=dtype)
         C_q = torch.full((4, 4, 4), 0.5, dtype=dtype)
@@ -272,8 +270,8 @@ def test_envelope_gradient_matches_finite_differences():
         down[i] = shifted[i] - h * direction
         numeric = (value(*up) - value(*down)) / (2 * h)
         analytic = (x.grad * direction).sum()
-        assert abs(numeric.item() - analytic.item()) < 1e-5 * max(
-            1.0, abs(numeric.item()))
+        assert abs(numeric.item() -
+                   analytic.item()) < 1e-5 * max(1.0, abs(numeric.item()))
 
 
 def test_unroll_gradcheck():
@@ -365,16 +363,15 @@ def test_chunked_solve_equals_one_solve(grad, chunk_entries):
     C_q = torch.rand(N, V_q, V_q, generator=gen, dtype=torch.float64) + 0.5
     K = torch.rand(B, L, N, V_p, V_q, generator=gen, dtype=torch.float64,
                    requires_grad=True)
-    p = torch.softmax(torch.randn(B, L, 1, V_p, generator=gen,
-                                  dtype=torch.float64), -1)
+    p = torch.softmax(
+        torch.randn(B, L, 1, V_p, generator=gen, dtype=torch.float64), -1)
     beta = torch.full((N, 1, 1), 0.5, dtype=torch.float64)
     kwargs = dict(beta=beta, eps=1e-2, outer_iters=2, inner_iters=3, p=p,
                   grad=grad)
     whole = hgw_distance(C_p, C_q, K, chunk_entries=None, **kwargs)
     split = hgw_distance(C_p, C_q, K, chunk_entries=chunk_entries, **kwargs)
     assert split.plan.shape == whole.plan.shape == (B, L, N, V_p, V_q)
-    torch.testing.assert_close(split.plan, whole.plan, rtol=1e-12,
-                               atol=1e-14)
+    torch.testing.assert_close(split.plan, whole.plan, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(split.distance, whole.distance, rtol=1e-12,
                                atol=1e-14)
     g_whole, = torch.autograd.grad(whole.distance.sum(), K)

@@ -25,12 +25,14 @@ def test_beta_broadcasting_to_the_cost_is_accepted(shape):
     torch.testing.assert_close(res.distance, ref.distance)
 
 
-@pytest.mark.parametrize('shape', [
-    (5, 4),  # last dims not (V_p, V_q) and not 1: passed the old check
-    (2, 4, 1),  # V_q in the place of V_p
-    (3, 2, 1, 1),  # would enlarge the batch from (2, ) to (3, 2)
-    (4, 1, 1),  # does not broadcast against the batch at all
-])
+@pytest.mark.parametrize(
+    'shape',
+    [
+        (5, 4),  # last dims not (V_p, V_q) and not 1: passed the old check
+        (2, 4, 1),  # V_q in the place of V_p
+        (3, 2, 1, 1),  # would enlarge the batch from (2, ) to (3, 2)
+        (4, 1, 1),  # does not broadcast against the batch at all
+    ])
 def test_beta_of_a_wrong_shape_is_refused(shape):
     C_p, C_q, K = problem()
     with pytest.raises(ValueError, match=r'beta of shape .* \(2, 3, 4\)'):
@@ -56,12 +58,11 @@ def test_embedding_distance_is_the_plain_expansion_bit_for_bit():
     """The power-of-two scaling changes nothing where the plain expansion
     does not overflow."""
     g = torch.Generator().manual_seed(0)
-    X, Y = torch.randn(3, 7, 5, generator=g), torch.randn(3, 4, 5,
-                                                        generator=g)
+    X, Y = torch.randn(3, 7, 5, generator=g), torch.randn(3, 4, 5, generator=g)
     for factor in (1e-3, 1.0, 3.0, 1e12):
         x, y = X * factor, Y * factor
-        sq = ((x * x).sum(-1).unsqueeze(-1) + (y * y).sum(-1).unsqueeze(-2)
-              - 2 * x @ y.transpose(-1, -2))
+        sq = ((x * x).sum(-1).unsqueeze(-1) + (y * y).sum(-1).unsqueeze(-2) -
+              2 * x @ y.transpose(-1, -2))
         plain = DISTANCE_FLOOR + (1 - DISTANCE_FLOOR) * (
             -torch.expm1(-sq.clamp_min(0) / 5))
         assert torch.equal(embedding_distance(x, y), plain)

@@ -52,8 +52,9 @@ FAMILIES = {
         'seg': dict(stock='configs/demo/unet-s5-d16_fcn_demo-isic.py',
                     narrow='configs/demo/unet-s5-d16-c34_fcn_demo-isic.py',
                     hgw='configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py'),
-        'det': dict(stock='configs/demo/mask-rcnn_r50_fpn_demo-shapes.py',
-                    hgw='configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py'),
+        'det': dict(
+            stock='configs/demo/mask-rcnn_r50_fpn_demo-shapes.py',
+            hgw='configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py'),
     },
     'crop128': {
         'seg': dict(stock='configs/study/unet-s5-d16_fcn_crop128.py',
@@ -70,13 +71,13 @@ _CAPS = 'model.backbone.hgw_cfg.'
 #: family.
 VARIANTS = {
     'stock': ('stock model, no capsules', 'stock', []),
-    'narrow': ('stock model narrowed to the HGWCaps parameter count',
-               'narrow', []),
+    'narrow': ('stock model narrowed to the HGWCaps parameter count', 'narrow',
+               []),
     'hgw': ('HGW routing, the shipped defaults', 'hgw', []),
     'uniform': ('uniform routing (plan p q^T, no optimal transport)', 'hgw',
                 [_CAPS + 'routing=uniform']),
-    'ablA': ('A: entropic regulariser H(T) instead of the proximal KL',
-             'hgw', [_CAPS + 'solver_cfg.regularizer=entropic']),
+    'ablA': ('A: entropic regulariser H(T) instead of the proximal KL', 'hgw',
+             [_CAPS + 'solver_cfg.regularizer=entropic']),
     'ablB': ('B: no regulariser E', 'hgw', [_CAPS + 'reg_weight=0.0']),
     'ablC': ('C: no observed structure, same Wasserstein weight', 'hgw',
              [_CAPS + 'use_observed=False']),
@@ -86,19 +87,19 @@ VARIANTS = {
                   [_CAPS + 'reg_scope=layer']),
     'reg_network': ('E also trains every layer before the capsules', 'hgw',
                     [_CAPS + 'reg_scope=network']),
-    'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw',
-                          [_CAPS + 'routing=uniform',
-                           _CAPS + 'reg_scope=layer']),
+    'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [
+        _CAPS + 'routing=uniform', _CAPS + 'reg_scope=layer'
+    ]),
 }
 
 TASKS = {
     'seg': dict(title='UNet s5-d16', metrics=[('mIoU', 'mIoU'),
                                               ('mDice', 'mDice')],
                 data='ISIC2018'),
-    'det': dict(title='Mask R-CNN R-50 FPN',
-                metrics=[('bbox mAP', 'coco/bbox_mAP'),
-                         ('segm mAP', 'coco/segm_mAP')],
-                data='coco'),
+    'det': dict(
+        title='Mask R-CNN R-50 FPN', metrics=[('bbox mAP', 'coco/bbox_mAP'),
+                                              ('segm mAP', 'coco/segm_mAP')],
+        data='coco'),
 }
 
 
@@ -126,13 +127,15 @@ def data_root_of(args, task):
 
 def data_options(task, root):
     """``--cfg-options`` pointing a config at the data in ``root``."""
-    opts = [f'{loader}.dataset.data_root={root}'
-            for loader in ('train_dataloader', 'val_dataloader',
-                           'test_dataloader')]
+    opts = [
+        f'{loader}.dataset.data_root={root}'
+        for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')
+    ]
     if task == 'det':
         ann = osp.join(root, 'annotations', 'instances_val2017.json')
-        opts += [f'val_evaluator.ann_file={ann}',
-                 f'test_evaluator.ann_file={ann}']
+        opts += [
+            f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}'
+        ]
     return opts
 
 
@@ -180,8 +183,10 @@ def schedule_options(cfg, iters):
     """``--cfg-options`` giving a config a schedule of ``iters``
     iterations: the polynomial decay and the beta warm-up (a quarter of the
     schedule) stretched to it, one checkpoint at the end."""
-    opts = [f'train_cfg.max_iters={iters}',
-            f'default_hooks.checkpoint.interval={iters}']
+    opts = [
+        f'train_cfg.max_iters={iters}',
+        f'default_hooks.checkpoint.interval={iters}'
+    ]
     for i, sched in enumerate(cfg.get('param_scheduler') or []):
         if 'end' in sched:
             opts.append(f'param_scheduler.{i}.end={iters}')
@@ -218,7 +223,8 @@ def train_and_test(task, variant, seed, args):
         cfg = Config.fromfile(osp.join(ROOT, config))
         cfg.merge_from_dict({
             key: DictAction._parse_iterable(value)
-            for key, value in (o.split('=', 1) for o in opts)})
+            for key, value in (o.split('=', 1) for o in opts)
+        })
         return cfg
 
     if args.iters:
@@ -228,29 +234,31 @@ def train_and_test(task, variant, seed, args):
           flush=True)
     # One checkpoint at the end, no validation inside the training run:
     # the evaluation is the test tool's.
-    run([sys.executable, 'tools/train.py', config, '--work-dir', work,
-         '--cfg-options', f'randomness.seed={seed}',
-         'train_cfg.val_interval=100000000',
-         f'default_hooks.checkpoint.interval={iters}',
-         'default_hooks.logger.interval=1', *options],
-        osp.join(work, 'train.out'))
+    run([
+        sys.executable, 'tools/train.py', config, '--work-dir', work,
+        '--cfg-options', f'randomness.seed={seed}',
+        'train_cfg.val_interval=100000000',
+        f'default_hooks.checkpoint.interval={iters}',
+        'default_hooks.logger.interval=1', *options
+    ], osp.join(work, 'train.out'))
     from mmhgw.engine.work_dir import latest_checkpoint
     checkpoint = latest_checkpoint(work)
     metrics_file = osp.join(work, 'metrics.json')
-    run([sys.executable, 'tools/test.py', config, checkpoint, '--work-dir',
-         osp.join(work, 'test'), '--metrics-out', metrics_file,
-         '--cfg-options', f'randomness.seed={seed}', *options],
-        osp.join(work, 'test.out'))
+    run([
+        sys.executable, 'tools/test.py', config, checkpoint, '--work-dir',
+        osp.join(work, 'test'), '--metrics-out', metrics_file, '--cfg-options',
+        f'randomness.seed={seed}', *options
+    ], osp.join(work, 'test.out'))
     with open(metrics_file) as f:
         metrics = json.load(f)
     times = iteration_times(work)
-    result = dict(task=task, variant=variant, seed=seed, iters=iters,
-                  config=config, options=requested,
-                  requested_iters=args.iters,
-                  metrics={name: metrics.get(key) for name, key in
-                           TASKS[task]['metrics']},
-                  time_per_iter=statistics.fmean(times) if times else None,
-                  wall_minutes=(time.perf_counter() - start) / 60)
+    result = dict(
+        task=task, variant=variant, seed=seed, iters=iters, config=config,
+        options=requested, requested_iters=args.iters, metrics={
+            name: metrics.get(key)
+            for name, key in TASKS[task]['metrics']
+        }, time_per_iter=statistics.fmean(times) if times else None,
+        wall_minutes=(time.perf_counter() - start) / 60)
     with open(result_file, 'w') as f:
         json.dump(result, f, indent=2)
     return result
@@ -275,9 +283,10 @@ def paired_differences(runs, reference_runs, metric):
     """Per-seed differences ``variant - reference`` over the seeds both
     have."""
     ref = {r['seed']: r['metrics'][metric] for r in reference_runs}
-    return [r['metrics'][metric] - ref[r['seed']] for r in runs
-            if r['seed'] in ref and r['metrics'][metric] is not None and
-            ref[r['seed']] is not None]
+    return [
+        r['metrics'][metric] - ref[r['seed']] for r in runs if r['seed'] in ref
+        and r['metrics'][metric] is not None and ref[r['seed']] is not None
+    ]
 
 
 def confidence_interval(values, level=0.95):
@@ -309,8 +318,9 @@ def fmt(mean, std, digits=2):
 
 
 #: What ``make ablations`` runs: the paper's ablations and the controls.
-DEFAULT_VARIANTS = ['stock', 'narrow', 'hgw', 'uniform', 'ablA', 'ablB',
-                    'ablC', 'counts']
+DEFAULT_VARIANTS = [
+    'stock', 'narrow', 'hgw', 'uniform', 'ablA', 'ablB', 'ablC', 'counts'
+]
 
 #: The variants every other is compared with, paired by seed.
 CI_REFERENCES = ('hgw', 'stock')
@@ -325,30 +335,32 @@ def task_section(task, variants, results, params):
               [f'{n} (mean ± std)' for n in names] +
               [f'{names[0]} - HGW (paired)', f'{names[0]} per seed'] +
               [f'{names[0]} - {ref}, 95% CI' for ref in CI_REFERENCES])
-    lines = ['| ' + ' | '.join(header) + ' |',
-             '|' + '---|' * len(header)]
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
     by_seed = {v: {r['seed']: r for r in results[v]} for v in variants}
     for v in variants:
         runs = results[v]
-        cells = [v, VARIANTS[v][0], f'{params[v] / 1e6:.2f}M',
-                 fmt(*mean_std([r['time_per_iter'] for r in runs]))]
+        cells = [
+            v, VARIANTS[v][0], f'{params[v] / 1e6:.2f}M',
+            fmt(*mean_std([r['time_per_iter'] for r in runs]))
+        ]
         for name in names:
-            cells.append(fmt(*mean_std([r['metrics'][name] for r in runs]),
-                             digits))
+            cells.append(
+                fmt(*mean_std([r['metrics'][name] for r in runs]), digits))
         if 'hgw' in by_seed and v != 'hgw':
-            diffs = [by_seed[v][s]['metrics'][names[0]] -
-                     by_seed['hgw'][s]['metrics'][names[0]]
-                     for s in by_seed[v] if s in by_seed['hgw']]
+            diffs = [
+                by_seed[v][s]['metrics'][names[0]] -
+                by_seed['hgw'][s]['metrics'][names[0]] for s in by_seed[v]
+                if s in by_seed['hgw']
+            ]
             cells.append(fmt(*mean_std(diffs), digits))
         else:
             cells.append('')
-        cells.append(', '.join(
-            f'{r["metrics"][names[0]]:.{digits}f}' for r in
-            sorted(runs, key=lambda r: r['seed'])))
+        cells.append(', '.join(f'{r["metrics"][names[0]]:.{digits}f}'
+                               for r in sorted(runs, key=lambda r: r['seed'])))
         for ref in CI_REFERENCES:
-            cells.append('' if ref == v or ref not in results else
-                         fmt_interval(paired_differences(
-                             runs, results[ref], names[0]), digits))
+            cells.append(
+                '' if ref == v or ref not in results else fmt_interval(
+                    paired_differences(runs, results[ref], names[0]), digits))
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
@@ -361,27 +373,35 @@ def bar_chart(tasks, variants, results, path):
     import matplotlib.pyplot as plt
     panels = [(task, name) for task in tasks
               for name, _ in TASKS[task]['metrics']]
-    fig, axes = plt.subplots(1, len(panels), figsize=(
-        max(4.0, 0.65 * len(variants)) * len(panels), 3.6), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels),
+        figsize=(max(4.0, 0.65 * len(variants)) * len(panels), 3.6),
+        squeeze=False)
     for ax, (task, name) in zip(axes[0], panels):
         runs = results[task]
         means, stds = zip(*(mean_std([r['metrics'][name] for r in runs[v]])
                             for v in variants))
         xs = range(len(variants))
-        ax.bar(xs, [m or 0 for m in means], yerr=[s or 0 for s in stds],
-               capsize=4, color=['0.6' if v == 'stock' else
-                                 'tab:blue' if v == 'hgw' else 'tab:orange'
-                                 for v in variants])
+        ax.bar(
+            xs, [m or 0 for m in means], yerr=[s or 0 for s in stds],
+            capsize=4, color=[
+                '0.6'
+                if v == 'stock' else 'tab:blue' if v == 'hgw' else 'tab:orange'
+                for v in variants
+            ])
         for x, v in zip(xs, variants):
-            ys = [r['metrics'][name] for r in runs[v]
-                  if r['metrics'][name] is not None]
+            ys = [
+                r['metrics'][name] for r in runs[v]
+                if r['metrics'][name] is not None
+            ]
             ax.plot([x] * len(ys), ys, 'k.', markersize=4)
         ax.set_xticks(list(xs), variants, rotation=30)
         ax.set_title(f'{task}: {name}', fontsize=10)
         valid = [m for m in means if m is not None]
         if valid:
-            low = min(min(valid) - 3 * max(s or 0 for s in stds),
-                      min(valid) * 0.9)
+            low = min(
+                min(valid) - 3 * max(s or 0 for s in stds),
+                min(valid) * 0.9)
             ax.set_ylim(bottom=max(0.0, low))
     fig.tight_layout()
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
@@ -399,8 +419,12 @@ def report(args, tasks, results, params, duration):
     if data.startswith('..'):  # outside the project: as given
         data = where
     what = 'the data' if args.data_root else 'the built-in data'
-    iters = {t: sorted({r['iters'] for v in results[t]
-                        for r in results[t][v]}) for t in tasks}
+    iters = {
+        t: sorted({r['iters']
+                   for v in results[t]
+                   for r in results[t][v]})
+        for t in tasks
+    }
     image_rel = osp.relpath(osp.abspath(args.image),
                             osp.dirname(osp.abspath(args.out)))
     parts = [
@@ -417,15 +441,17 @@ def report(args, tasks, results, params, duration):
         f'confidence interval (an interval that excludes 0 is a '
         f'difference beyond the seed spread). Time per iteration is the '
         f'Runner\'s logged training time per iteration, the first left '
-        f'out.\n']
+        f'out.\n'
+    ]
     if args.cfg_options:
-        parts.append('Options for every run: `' +
-                     ' '.join(args.cfg_options) + '`.\n')
+        parts.append('Options for every run: `' + ' '.join(args.cfg_options) +
+                     '`.\n')
     for task in tasks:
         parts.append(f'## {TASKS[task]["title"]}, `{data}`, '
                      f'{"/".join(map(str, iters[task]))} iterations\n')
-        parts.append(task_section(task, args.variants, results[task],
-                                  params[task]) + '\n')
+        parts.append(
+            task_section(task, args.variants, results[task], params[task]) +
+            '\n')
     parts.append(f'![ablation bar chart]({image_rel})\n')
     return '\n'.join(parts)
 
@@ -437,23 +463,23 @@ def parse_args():
     parser.add_argument('--variants', nargs='+', default=DEFAULT_VARIANTS,
                         choices=list(VARIANTS))
     parser.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
-    parser.add_argument('--work-dir',
-                        default=osp.join(ROOT, 'work_dirs', 'ablations'))
-    parser.add_argument('--data', default=osp.join(ROOT, 'data',
-                                                   'ablations'))
+    parser.add_argument('--work-dir', default=osp.join(ROOT, 'work_dirs',
+                                                       'ablations'))
+    parser.add_argument('--data', default=osp.join(ROOT, 'data', 'ablations'))
     parser.add_argument('--out', default=osp.join(ROOT, 'docs',
                                                   'ablations.md'))
-    parser.add_argument('--image', default=osp.join(ROOT, 'docs', 'images',
-                                                    'ablations.png'))
+    parser.add_argument(
+        '--image', default=osp.join(ROOT, 'docs', 'images', 'ablations.png'))
     parser.add_argument('--family', default='demo', choices=list(FAMILIES),
                         help='config family (see FAMILIES)')
-    parser.add_argument('--data-root',
-                        help='an existing data root in the layout of the '
-                        'task (ISIC-2018 for seg) instead of the built-in '
-                        'set; one task only')
-    parser.add_argument('--iters', type=int,
-                        help='training iterations (schedule, beta warm-up '
-                        'and checkpoint follow); default: the config\'s')
+    parser.add_argument(
+        '--data-root', help='an existing data root in the layout of the '
+        'task (ISIC-2018 for seg) instead of the built-in '
+        'set; one task only')
+    parser.add_argument(
+        '--iters', type=int,
+        help='training iterations (schedule, beta warm-up '
+        'and checkpoint follow); default: the config\'s')
     parser.add_argument('--title', default='Ablation study',
                         help='heading of the report')
     parser.add_argument('--cfg-options', nargs='+', default=None,
@@ -481,18 +507,21 @@ def main():
         ensure_data(args.data, args.tasks)
     results, params = {}, {}
     for task in args.tasks:
-        results[task] = {v: [train_and_test(task, v, s, args)
-                             for s in args.seeds] for v in args.variants}
-        params[task] = {v: count_parameters(args, task, v)
-                        for v in args.variants}
+        results[task] = {
+            v: [train_and_test(task, v, s, args) for s in args.seeds]
+            for v in args.variants
+        }
+        params[task] = {
+            v: count_parameters(args, task, v)
+            for v in args.variants
+        }
     minutes = (time.perf_counter() - start) / 60
-    runs = [r for task in results.values() for rs in task.values()
-            for r in rs]
+    runs = [r for task in results.values() for rs in task.values() for r in rs]
     if all('wall_minutes' in r for r in runs):
         # Runs reused from earlier invocations count with their own time.
         duration = (f'{len(runs)} runs, '
-                   f'{sum(r["wall_minutes"] for r in runs):.0f} min of '
-                   f'training and testing')
+                    f'{sum(r["wall_minutes"] for r in runs):.0f} min of '
+                    f'training and testing')
     else:
         duration = f'this invocation {minutes:.0f} min'
     bar_chart(args.tasks, args.variants, results, args.image)

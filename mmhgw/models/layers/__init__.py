@@ -5,6 +5,6 @@ from .hgw_caps import HGWCaps
 from .hgw_caps_structures import RoutingInputs, Structures
 
 __all__ = [
-    'attach_aux_loss', 'CapsulePool', 'HGWCaps', 'RoutingInputs',
-    'Structures', 'count_structure', 'zipf_structure'
+    'attach_aux_loss', 'CapsulePool', 'HGWCaps', 'RoutingInputs', 'Structures',
+    'count_structure', 'zipf_structure'
 ]

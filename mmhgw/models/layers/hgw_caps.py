@@ -136,31 +136,17 @@ class HGWCaps(BaseModule):
             :func:`~.hgw_caps_args.resolve_legacy`).
     """
 
-    def __init__(self,
-                 in_channels: int,
-                 out_channels: int,
-                 kernel_size: int = 3,
-                 stride: int = 1,
-                 padding: int = 0,
-                 dilation: int = 1,
-                 groups: int = 1,
-                 bias: bool = False,
-                 in_types: int = 32,
-                 out_types: int = 32,
-                 num_parts: int = 8,
-                 part_dim: int = 8,
-                 solver_cfg: Optional[dict] = None,
-                 beta: float = 0.5,
-                 reg_weight: float = 10.0,
-                 routing: str = 'hgw',
-                 use_observed: bool = True,
-                 observed: str = 'coactivation',
-                 temperature: float = 0.1,
-                 reg_scope: str = 'network',
-                 backend: str = 'auto',
+    def __init__(self, in_channels: int, out_channels: int,
+                 kernel_size: int = 3, stride: int = 1, padding: int = 0,
+                 dilation: int = 1, groups: int = 1, bias: bool = False,
+                 in_types: int = 32, out_types: int = 32, num_parts: int = 8,
+                 part_dim: int = 8, solver_cfg: Optional[dict] = None,
+                 beta: float = 0.5, reg_weight: float = 10.0,
+                 routing: str = 'hgw', use_observed: bool = True,
+                 observed: str = 'coactivation', temperature: float = 0.1,
+                 reg_scope: str = 'network', backend: str = 'auto',
                  conv_cfg: Optional[dict] = None,
-                 init_cfg: Optional[dict] = None,
-                 **legacy):
+                 init_cfg: Optional[dict] = None, **legacy):
         super().__init__(init_cfg=init_cfg)
         solver_cfg, reg_weight, use_observed = resolve_legacy(
             solver_cfg, reg_weight, use_observed, legacy)
@@ -188,10 +174,11 @@ class HGWCaps(BaseModule):
         self.loss_scale = None
 
         # One embedding per input type from its own k x k patch.
-        self.embed = build_conv_layer(
-            conv_cfg, in_channels, in_types * part_dim, kernel_size,
-            stride=stride, padding=padding, dilation=dilation,
-            groups=in_types, bias=False)
+        self.embed = build_conv_layer(conv_cfg, in_channels,
+                                      in_types * part_dim, kernel_size,
+                                      stride=stride, padding=padding,
+                                      dilation=dilation, groups=in_types,
+                                      bias=False)
         self.subcapsules = nn.Parameter(
             torch.randn(out_types, num_parts, part_dim))
         self.pose_weight = nn.Parameter(
@@ -220,18 +207,18 @@ class HGWCaps(BaseModule):
     def _structures(self, X_p: Tensor,
                     obs_p: Optional[Tensor] = None) -> Structures:
         """:func:`layer_structures` of components X_p [B, L, V_p, d]."""
-        return layer_structures(X_p, self.subcapsules,
-                                self.beta.to(X_p.dtype), obs_p,
-                                self.use_observed, self.observed)
+        return layer_structures(X_p, self.subcapsules, self.beta.to(X_p.dtype),
+                                obs_p, self.use_observed, self.observed)
 
     def _observed_p(self, x: Tensor) -> Optional[Tensor]:
         """:func:`observed_input` of the layer's input x."""
-        return observed_input(x, self.in_types, self.embed,
-                              self.use_observed, self.observed)
+        return observed_input(x, self.in_types, self.embed, self.use_observed,
+                              self.observed)
 
-    def _routing_terms(self, X_p: Tensor, obs_p: Optional[Tensor],
-                       want_reg: bool, X_reg: Optional[Tensor] = None
-                       ) -> Tuple[GWFactors, Optional[Tensor]]:
+    def _routing_terms(
+            self, X_p: Tensor, obs_p: Optional[Tensor], want_reg: bool,
+            X_reg: Optional[Tensor] = None
+    ) -> Tuple[GWFactors, Optional[Tensor]]:
         """The factors and the regulariser E (None unless ``want_reg``) of
         the components X_p [B, L, V_p, d]."""
         s = self._structures(X_p, obs_p)
@@ -264,8 +251,8 @@ class HGWCaps(BaseModule):
         return RoutingInputs(X_p, self.subcapsules, factors,
                              self.beta.to(X_p.dtype))
 
-    def _solve(self, X_p: Tensor, s: Structures
-               ) -> Tuple[Tensor, Tensor, Tensor]:
+    def _solve(self, X_p: Tensor,
+               s: Structures) -> Tuple[Tensor, Tensor, Tensor]:
         """``(distance [B, L, N], parts [B, L, N, V_q, d], plan
         [B, L, N, V_p, V_q])`` by the torch reference on all locations at
         once, with ``solver_cfg['grad']``: for ``'unroll'`` (autograd
@@ -276,9 +263,9 @@ class HGWCaps(BaseModule):
                          f.h1.reshape(-1, V_p, V_p), f.h2)
         options = self.routing_options()
         options.pop('backend')
-        out = hgw_routing_reference(
-            X_p.reshape(-1, V_p, d), self.subcapsules, flat, s.beta,
-            grad=self.solver_cfg['grad'], return_plan=True, **options)
+        out = hgw_routing_reference(X_p.reshape(-1, V_p, d), self.subcapsules,
+                                    flat, s.beta, grad=self.solver_cfg['grad'],
+                                    return_plan=True, **options)
         return tuple(t.reshape(B, L, *t.shape[1:]) for t in out)
 
     def route(self, x: Tensor) -> dict:
@@ -299,8 +286,7 @@ class HGWCaps(BaseModule):
         return dict(components=X_p, distance=dist, plan=plan,
                     cross_cost=self._cross_cost(X_p), K_pp=s.K_pp,
                     obs_p=s.obs_p, K_qq=s.K_qq, obs_q=s.obs_q,
-                    regulariser=regulariser(s, self.reg_weight),
-                    size=size)
+                    regulariser=regulariser(s, self.reg_weight), size=size)
 
     def _capsules(self, pose: Tensor, dist: Tensor) -> Tensor:
         """Output capsules [B, L, N, out_dim]: the poses rescaled to their
@@ -327,8 +313,8 @@ class HGWCaps(BaseModule):
         return out
 
     def _wants_reg(self) -> bool:
-        return (self.training and self.reg_weight > 0 and
-                torch.is_grad_enabled())
+        return (self.training and self.reg_weight > 0
+                and torch.is_grad_enabled())
 
     def _loss_scale(self) -> float:
         """The factor for E's injected gradient (see ``loss_scale``)."""
@@ -340,15 +326,16 @@ class HGWCaps(BaseModule):
                 for device in ('cpu', 'cuda')):
             # Mixed precision without the hook: the task loss is scaled
             # (2^16 by default) and E would all but vanish beside it.
-            print_log('HGWCaps: training under autocast without '
-                      'HGWLossScaleHook in custom_hooks; the regulariser E '
-                      'does not get the loss scale of the task loss',
-                      logger='current', level='WARNING')
+            print_log(
+                'HGWCaps: training under autocast without '
+                'HGWLossScaleHook in custom_hooks; the regulariser E '
+                'does not get the loss scale of the task loss',
+                logger='current', level='WARNING')
             _WARNED_UNSCALED = True
         return 1.0
 
-    def forward_terms(self, x: Tensor
-                      ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+    def forward_terms(self,
+                      x: Tensor) -> Tuple[Tensor, Optional[Tensor], Tensor]:
         """The output, the regulariser E (None unless training with
         ``reg_weight > 0``) and the HGW distances [B, H'*W', out_types],
         with E not yet attached to the output."""
@@ -376,9 +363,10 @@ class HGWCaps(BaseModule):
                 factors, reg = self._routing_terms(*terms)
             # Envelope gradients from the fused op: neither plans nor parts
             # are stored.
-            dist, pose = hgw_routing(
-                X_p, self.subcapsules, factors, self.beta.to(X_p.dtype),
-                pose_weight=self.pose_weight, **self.routing_options())
+            dist, pose = hgw_routing(X_p, self.subcapsules, factors,
+                                     self.beta.to(X_p.dtype),
+                                     pose_weight=self.pose_weight,
+                                     **self.routing_options())
         return self._output(self._capsules(pose, dist), size), reg, dist
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):

@@ -41,8 +41,8 @@ def _deprecated(old: str, new: str):
 
 
 def resolve_legacy(solver_cfg: Optional[dict], reg_weight: float,
-                   use_observed: bool, legacy: dict
-                   ) -> Tuple[dict, float, bool]:
+                   use_observed: bool,
+                   legacy: dict) -> Tuple[dict, float, bool]:
     """``(solver_cfg, reg_weight, use_observed)`` with the previous
     release's keyword arguments ``legacy`` folded in, each with a
     DeprecationWarning naming the new spelling: ``eps``, ``outer_iters``,
@@ -116,13 +116,12 @@ def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
     for name, total, types in (('in_channels', in_channels, in_types),
                                ('out_channels', out_channels, out_types)):
         if total % types:
-            raise ValueError(
-                f'{name}={total} must be divisible by '
-                f'{name.split("_")[0]}_types={types}')
+            raise ValueError(f'{name}={total} must be divisible by '
+                             f'{name.split("_")[0]}_types={types}')
     for name, value, allowed in (('routing', routing, routings),
                                  ('reg_scope', reg_scope, REG_SCOPES),
-                                 ('observed', observed, OBSERVED),
-                                 ('backend', backend, backends)):
+                                 ('observed', observed,
+                                  OBSERVED), ('backend', backend, backends)):
         if value not in allowed:
             raise ValueError(f'{name} must be one of {allowed}, '
                              f'got {value!r}')
@@ -144,8 +143,7 @@ def check_checkpoint_beta(state_dict: dict, key: str):
     """Refuse a checkpoint whose ``beta`` (at ``key``) is outside [0, 1]:
     it would make every output NaN."""
     beta = state_dict.get(key)
-    if torch.is_tensor(beta) and not bool(
-            ((beta >= 0) & (beta <= 1)).all()):
+    if torch.is_tensor(beta) and not bool(((beta >= 0) & (beta <= 1)).all()):
         raise ValueError(
             f'checkpoint key {key!r} holds beta = '
             f'{beta.flatten()[:4].tolist()}: the capsule layer\'s beta '

@@ -43,8 +43,8 @@ class RoutingInputs(NamedTuple):
     beta: Tensor
 
 
-def observed_input(x: Tensor, types: int, embed: nn.Conv2d,
-                   use_observed: bool, observed: str) -> Optional[Tensor]:
+def observed_input(x: Tensor, types: int, embed: nn.Conv2d, use_observed: bool,
+                   observed: str) -> Optional[Tensor]:
     """``C_obs`` [B, L, V_p, V_p] of the input patches of the embedding
     convolution ``embed`` when it is observed in the input ``x``
     (``observed='counts'``), else None."""

@@ -24,8 +24,7 @@ def small_caps(in_channels=16, out_channels=8, **kwargs):
 
 @pytest.mark.parametrize(
     'stride,padding,dilation,size',
-    list(itertools.product([1, 2, 3], [0, 1, 2], [1, 2], [(9, 13),
-                                                          (16, 7)])))
+    list(itertools.product([1, 2, 3], [0, 1, 2], [1, 2], [(9, 13), (16, 7)])))
 def test_output_size_matches_conv2d(stride, padding, dilation, size):
     caps = small_caps(stride=stride, padding=padding, dilation=dilation)
     conv = nn.Conv2d(16, 8, 3, stride=stride, padding=padding,
@@ -109,8 +108,7 @@ def test_reg_scope_decides_whether_e_reaches_the_input(grad):
         x = torch.randn(2, 16, 5, 6, requires_grad=True)
         caps = small_caps(reg_scope=scope, grad=grad).train()
         (caps(x) * 0).sum().backward()
-        grads[scope] = (x.grad, caps.embed.weight.grad,
-                        caps.subcapsules.grad)
+        grads[scope] = (x.grad, caps.embed.weight.grad, caps.subcapsules.grad)
     x_layer, embed_layer, sub_layer = grads['layer']
     x_net, embed_net, sub_net = grads['network']
     assert x_layer is None or x_layer.abs().max() == 0
@@ -265,8 +263,8 @@ def test_count_structure_counts_co_present_patch_positions(
     assert (C >= 1 / 10).all() and (C <= 1).all()
     # Eq. 18 from the data: at most k * k positions interact.
     full = count_structure(torch.full((1, 6, 5, 5), 1e4), 3, 3)
-    torch.testing.assert_close(full, torch.full_like(full, 1 / 10),
-                               atol=1e-3, rtol=0)
+    torch.testing.assert_close(full, torch.full_like(full, 1 / 10), atol=1e-3,
+                               rtol=0)
 
 
 @pytest.mark.parametrize('backend', ['torch', 'auto'])
@@ -300,9 +298,9 @@ def test_zipf_structure_is_bounded_and_one_without_interaction():
 @pytest.mark.parametrize('scope', ['mmdet', 'mmseg'])
 def test_build_conv_layer_finds_hgwcaps_in_both_scopes(scope):
     with DefaultScope.overwrite_default_scope(scope):
-        layer = build_conv_layer(
-            dict(type='HGWCaps', **SMALL), 16, 8, kernel_size=3, stride=2,
-            padding=2, dilation=2, bias=False)
+        layer = build_conv_layer(dict(type='HGWCaps',
+                                      **SMALL), 16, 8, kernel_size=3, stride=2,
+                                 padding=2, dilation=2, bias=False)
     assert isinstance(layer, HGWCaps)
     x = torch.randn(1, 16, 11, 9)
     ref = nn.Conv2d(16, 8, 3, stride=2, padding=2, dilation=2)
@@ -315,8 +313,8 @@ def test_stock_mmdet_resnet_takes_hgwcaps_through_dcn():
     backbone = ResNet(
         depth=50, base_channels=8, out_indices=(0, 1, 2, 3),
         dcn=dict(type='HGWCaps', in_types=4, out_types=4, num_parts=3,
-                 part_dim=4),
-        stage_with_dcn=(False, False, True, True), init_cfg=None)
+                 part_dim=4), stage_with_dcn=(False, False, True, True),
+        init_cfg=None)
     backbone.init_weights()
     caps = [m for m in backbone.modules() if isinstance(m, HGWCaps)]
     assert len(caps) == 6 + 3  # every block of stages 3 and 4
@@ -350,8 +348,9 @@ def test_capsule_pool():
 @pytest.mark.parametrize('scope', ['mmengine', 'mmdet', 'mmseg'])
 def test_capsule_pool_is_exported_and_built_from_configs(scope):
     """Classification heads elsewhere build it by config, in their scope."""
-    import mmhgw.models.layers as layers
     from mmengine.registry import MODELS
+
+    import mmhgw.models.layers as layers
     assert 'CapsulePool' in layers.__all__
     with DefaultScope.overwrite_default_scope(scope):
         pool = MODELS.build(dict(type='CapsulePool', num_types=4))
@@ -448,9 +447,9 @@ def test_unrolled_gradients_are_finite_at_the_papers_eps(seed):
     near-permutation problem in the batch used to make every subcapsule
     gradient NaN (the rounding's backward)."""
     torch.manual_seed(seed)
-    caps = HGWCaps(64, 64, 3, padding=1, in_types=16, out_types=8,
-                   num_parts=4, part_dim=4, eps=1e-3, outer_iters=4,
-                   inner_iters=10, grad='unroll').train()
+    caps = HGWCaps(64, 64, 3, padding=1, in_types=16, out_types=8, num_parts=4,
+                   part_dim=4, eps=1e-3, outer_iters=4, inner_iters=10,
+                   grad='unroll').train()
     x = torch.randn(2, 64, 6, 6) * 3
     caps(x).square().sum().backward()
     for name, p in caps.named_parameters():

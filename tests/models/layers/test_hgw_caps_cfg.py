@@ -118,8 +118,7 @@ def test_routing_inputs_route_as_the_layer(observed):
     assert inputs.factors.col.shape == (4, 3)
     torch.testing.assert_close(dist, layer_dist)
     assert parts.shape == (2, 20, 4, 3, 4)
-    torch.testing.assert_close(route['distance'], dist, rtol=1e-5,
-                               atol=1e-6)
+    torch.testing.assert_close(route['distance'], dist, rtol=1e-5, atol=1e-6)
     assert route['cross_cost'].shape == (2, 20, 4, 4, 3)
 
 

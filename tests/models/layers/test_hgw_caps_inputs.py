@@ -19,11 +19,19 @@ def small_caps(**kwargs):
 
 
 @pytest.mark.parametrize('name,value', [
-    ('num_parts', 0), ('part_dim', 0), ('in_types', 0), ('out_types', -1),
-    ('num_parts', 2.5), ('part_dim', True), ('temperature', float('nan')),
-    ('temperature', 0.0), ('temperature', float('inf')),
-    ('reg_weight', -1.0), ('reg_weight', float('nan')),
-    ('reg_weight', float('inf')), ('beta', float('nan')),
+    ('num_parts', 0),
+    ('part_dim', 0),
+    ('in_types', 0),
+    ('out_types', -1),
+    ('num_parts', 2.5),
+    ('part_dim', True),
+    ('temperature', float('nan')),
+    ('temperature', 0.0),
+    ('temperature', float('inf')),
+    ('reg_weight', -1.0),
+    ('reg_weight', float('nan')),
+    ('reg_weight', float('inf')),
+    ('beta', float('nan')),
 ])
 def test_bad_arguments_fail_at_build_naming_the_argument(name, value):
     with pytest.raises(ValueError, match=name):
@@ -129,8 +137,8 @@ def test_second_order_gradients_are_refused_naming_the_op():
     term (about 99% of the second-order gradient) without an error."""
     caps = small_caps()
     x = torch.randn(1, 16, 4, 4, requires_grad=True)
-    (grad, ) = torch.autograd.grad(caps(x).square().sum(), x,
-                                   create_graph=True)
+    (grad, ) = torch.autograd.grad(
+        caps(x).square().sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match='mmhgw::hgw_routing is once '
                        'differentiable'):
         grad.square().sum().backward()
