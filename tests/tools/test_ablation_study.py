@@ -52,6 +52,10 @@ def test_study_trains_tests_and_reports(tmp_path):
             result = json.load(f)
         assert result['seed'] == seed and result['iters'] == 2
         assert 0 <= result['metrics']['mIoU'] <= 100
+        # The threshold-free scores of the same test run.
+        assert 0 <= result['metrics']['AUC'] <= 100
+        assert result['metrics']['best-threshold mIoU'] >= \
+            result['metrics']['mIoU'] - 0.01  # mIoU is rounded
         assert result['time_per_iter'] > 0
         values.append(result['metrics']['mIoU'])
         # The seed reached the Runner of both tools.
@@ -99,15 +103,17 @@ def test_report_pairs_seeds_against_hgw(study, tmp_path):
     assert rows['stock'][1].strip() == '29.06M'
     assert rows['hgw'][3].strip() == '63.00 ± 4.24'  # mIoU mean ± std
     # Paired by seed: 63 - 60 and 69 - 66.
-    assert rows['uniform'][5].strip() == '3.00 ± 0.00'
-    assert rows['stock'][5].strip() == '9.00 ± 1.41'
-    assert rows['hgw'][5].strip() == ''
-    assert rows['uniform'][6].strip() == '63.00, 69.00'  # by seed
-    # Paired 95% intervals: to HGW (+3, +3: no spread) and to stock.
-    assert rows['uniform'][7].strip() == '+3.00 [+3.00, +3.00]'
+    # Results without the threshold-free scores show them as n/a.
+    assert rows['hgw'][5].strip() == rows['hgw'][6].strip() == 'n/a'
+    assert rows['uniform'][7].strip() == '3.00 ± 0.00'
+    assert rows['stock'][7].strip() == '9.00 ± 1.41'
     assert rows['hgw'][7].strip() == ''
+    assert rows['uniform'][8].strip() == '63.00, 69.00'  # by seed
+    # Paired 95% intervals: to HGW (+3, +3: no spread) and to stock.
+    assert rows['uniform'][9].strip() == '+3.00 [+3.00, +3.00]'
+    assert rows['hgw'][9].strip() == ''
     low, high = study.confidence_interval([-10.0, -8.0])
-    assert rows['hgw'][8].strip() == f'-9.00 [{low:+.2f}, {high:+.2f}]'
+    assert rows['hgw'][10].strip() == f'-9.00 [{low:+.2f}, {high:+.2f}]'
     # t(0.975, 1 dof) = 12.706: the interval of two values is wide.
     assert high == pytest.approx(-9 + 12.706 * 2**0.5 / 2**0.5, abs=1e-3)
     path = tmp_path / 'chart.png'

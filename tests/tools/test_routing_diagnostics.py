@@ -1,8 +1,9 @@
 """tools/analysis/routing_diagnostics.py on a reduced HGWCaps UNet."""
 import pytest
+import torch
 
 from mmhgw.config_utils import load_offline_config
-from tools.analysis.routing_diagnostics import diagnose
+from tools.analysis.routing_diagnostics import diagnose, input_dependence
 
 
 @pytest.fixture
@@ -21,6 +22,9 @@ def test_statistics_and_where_e_reaches(cfg, scope):
         assert 0 < s['active_types'] <= s['out_types']
         assert 0 <= s['saturated_cross_cost'] <= 1
         assert s['regulariser'] > 0
+        assert s['distance_std_locations'] > 0
+        assert s['distance_std_types'] > 0
+        assert 0 <= s['activation_std_locations'] <= 1
     grads = result['gradients']
     caps = grads['capsule layers']
     assert caps['task + E'] != pytest.approx(caps['task'])
@@ -31,3 +35,20 @@ def test_statistics_and_where_e_reaches(cfg, scope):
         assert first['task + E'] == pytest.approx(first['task'], rel=1e-5)
     else:
         assert first['task + E'] != pytest.approx(first['task'], rel=1e-3)
+
+
+def test_input_dependence_by_hand():
+    # Two images, three locations, two types: type 0 changes with the
+    # location, type 1 does not.
+    dist = torch.tensor([[[0., 1.], [2., 1.], [4., 1.]],
+                         [[1., 5.], [1., 5.], [1., 5.]]])
+    act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]))
+    out = input_dependence(dist, act)
+    # Over locations: std of (0, 2, 4) is 2, all others 0.
+    assert out['distance_std_locations'] == pytest.approx(2 / 4)
+    # Over types at each location: |d0 - d1| / sqrt(2).
+    gaps = torch.tensor([1., 1., 3., 4., 4., 4.])
+    assert out['distance_std_types'] == pytest.approx(
+        (gaps / 2**0.5).mean().item())
+    assert out['activation_std_locations'] == pytest.approx(
+        act.std(1).mean().item())

@@ -93,9 +93,14 @@ VARIANTS = {
 }
 
 TASKS = {
-    'seg': dict(title='UNet s5-d16', metrics=[('mIoU', 'mIoU'),
-                                              ('mDice', 'mDice')],
-                data='ISIC2018'),
+    # The threshold-free scores (SeparabilityMetric) tell a model that
+    # ranks pixels well but thresholds them wrong (one class everywhere,
+    # common in short schedules) from one that learned nothing.
+    'seg': dict(
+        title='UNet s5-d16',
+        metrics=[('mIoU', 'mIoU'), ('mDice', 'mDice'), ('AUC', 'sep/AUC'),
+                 ('best-threshold mIoU', 'sep/best_mIoU')], data='ISIC2018',
+        extra_metrics=[dict(type='SeparabilityMetric')]),
     'det': dict(
         title='Mask R-CNN R-50 FPN', metrics=[('bbox mAP', 'coco/bbox_mAP'),
                                               ('segm mAP', 'coco/segm_mAP')],
@@ -245,7 +250,8 @@ def train_and_test(task, variant, seed, args):
     checkpoint = latest_checkpoint(work)
     metrics_file = osp.join(work, 'metrics.json')
     run([
-        sys.executable, 'tools/test.py', config, checkpoint, '--work-dir',
+        sys.executable, 'tools/test.py',
+        test_config(config, TASKS[task], work), checkpoint, '--work-dir',
         osp.join(work, 'test'), '--metrics-out', metrics_file, '--cfg-options',
         f'randomness.seed={seed}', *options
     ], osp.join(work, 'test.out'))
@@ -262,6 +268,21 @@ def train_and_test(task, variant, seed, args):
     with open(result_file, 'w') as f:
         json.dump(result, f, indent=2)
     return result
+
+
+def test_config(config, task: dict, work: str) -> str:
+    """The config the test runs with: ``config`` itself, or, where the task
+    has ``extra_metrics``, a config in ``work`` that inherits it and adds
+    them to its test evaluator."""
+    extra = task.get('extra_metrics')
+    if not extra:
+        return config
+    path = osp.join(work, 'test_config.py')
+    with open(path, 'w') as f:
+        f.write(f'_base_ = [{osp.join(ROOT, config)!r}]\n'
+                f'test_evaluator = [{{{{_base_.test_evaluator}}}}, '
+                f'*{extra!r}]\n')
+    return path
 
 
 def count_parameters(args, task, variant):
@@ -282,10 +303,11 @@ def mean_std(values):
 def paired_differences(runs, reference_runs, metric):
     """Per-seed differences ``variant - reference`` over the seeds both
     have."""
-    ref = {r['seed']: r['metrics'][metric] for r in reference_runs}
+    ref = {r['seed']: r['metrics'].get(metric) for r in reference_runs}
     return [
-        r['metrics'][metric] - ref[r['seed']] for r in runs if r['seed'] in ref
-        and r['metrics'][metric] is not None and ref[r['seed']] is not None
+        r['metrics'].get(metric) - ref[r['seed']] for r in runs
+        if r['seed'] in ref and r['metrics'].get(metric) is not None
+        and ref[r['seed']] is not None
     ]
 
 
@@ -345,7 +367,7 @@ def task_section(task, variants, results, params):
         ]
         for name in names:
             cells.append(
-                fmt(*mean_std([r['metrics'][name] for r in runs]), digits))
+                fmt(*mean_std([r['metrics'].get(name) for r in runs]), digits))
         if 'hgw' in by_seed and v != 'hgw':
             diffs = [
                 by_seed[v][s]['metrics'][names[0]] -
@@ -379,7 +401,7 @@ def bar_chart(tasks, variants, results, path):
         squeeze=False)
     for ax, (task, name) in zip(axes[0], panels):
         runs = results[task]
-        means, stds = zip(*(mean_std([r['metrics'][name] for r in runs[v]])
+        means, stds = zip(*(mean_std([r['metrics'].get(name) for r in runs[v]])
                             for v in variants))
         xs = range(len(variants))
         ax.bar(
@@ -391,8 +413,8 @@ def bar_chart(tasks, variants, results, path):
             ])
         for x, v in zip(xs, variants):
             ys = [
-                r['metrics'][name] for r in runs[v]
-                if r['metrics'][name] is not None
+                r['metrics'].get(name) for r in runs[v]
+                if r['metrics'].get(name) is not None
             ]
             ax.plot([x] * len(ys), ys, 'k.', markersize=4)
         ax.set_xticks(list(xs), variants, rotation=30)

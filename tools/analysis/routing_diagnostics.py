@@ -7,8 +7,10 @@ its data, prints and writes as JSON:
 - per capsule layer: the plans' row entropy (0: every component sent to
   one part, 1: spread evenly), how many output types are active per
   location (activation > 1/2), the spread of the HGW distances over output
-  types, the share of saturated cross costs (``K > 0.99``), the mean squared
-  size of components and subcapsule parts, and E's value;
+  types, how much distances and activations vary over locations (the
+  input) against over types, the share of saturated cross costs
+  (``K > 0.99``), the mean squared size of components and subcapsule
+  parts, and E's value;
 - per part of the network (backbone stages before, at and after the
   capsules; heads): the gradient norm of the task loss alone and of the
   task loss with the regulariser E, so that one sees which parameters E
@@ -40,6 +42,7 @@ def layer_statistics(layer, x) -> dict:
                         layer.temperature)
         K = r['cross_cost']
         return dict(
+            **input_dependence(dist, act),
             row_entropy=(row_entropy / math.log(plan.shape[-1])).mean().item(),
             active_types=(act > 0.5).float().sum(-1).mean().item(),
             out_types=layer.out_types,
@@ -48,6 +51,22 @@ def layer_statistics(layer, x) -> dict:
             component_sq=r['components'].pow(2).mean().item(),
             subcapsule_sq=layer.subcapsules.pow(2).mean().item(),
             regulariser=r['regulariser'].item())
+
+
+def input_dependence(dist, act) -> dict:
+    """How much the routing depends on the input, from the distances and
+    activations [B, L, N] of B images at L locations to N output types.
+
+    ``distance_std_locations``: the standard deviation over locations of
+    one type's distance (mean over types and images): what the input
+    changes; ``distance_std_types``: the standard deviation over types at
+    one location (mean over locations): what tells types apart. An output
+    length that barely varies over locations carries no information about
+    the input (``activation_std_locations``, with the activation in (0, 1]).
+    """
+    return dict(distance_std_locations=dist.std(1).mean().item(),
+                distance_std_types=dist.std(2).mean().item(),
+                activation_std_locations=act.std(1).mean().item())
 
 
 def section_of(name: str, capsule_names) -> str:
