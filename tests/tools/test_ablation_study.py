@@ -175,3 +175,45 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
     assert done.returncode != 0
     assert 'made with other settings' in done.stderr
     assert not (tmp_path / 'x.md').exists()
+
+
+@pytest.mark.parametrize(
+    'variant',
+    ['uniform', 'ablA', 'ablB', 'ablC', 'counts', 'reg_layer', 'temp05'])
+def test_capsule_variants_name_real_layer_arguments(study, variant):
+    # Each capsule variant's options, merged into the family's HGWCaps
+    # config, build a layer that differs from the shipped one as described.
+    import warnings
+
+    from mmengine.config import Config, DictAction
+
+    from mmhgw.models import HGWCaps
+
+    class Args:
+        family = 'crop128'
+
+    cfg = Config.fromfile(osp.join(ROOT, study.config_of(Args, 'seg',
+                                                         variant)))
+    shipped = HGWCaps(
+        64, 64, 3,
+        **{k: v
+           for k, v in cfg.model.backbone.hgw_cfg.items() if k != 'type'})
+    cfg.merge_from_dict({
+        k: DictAction._parse_iterable(v)
+        for k, v in (o.split('=', 1) for o in study.VARIANTS[variant][2])
+    })
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', DeprecationWarning)
+        layer = HGWCaps(
+            64, 64, 3, **{
+                k: v
+                for k, v in cfg.model.backbone.hgw_cfg.items() if k != 'type'
+            })
+    differs = [
+        name for name in ('routing', 'reg_weight', 'use_observed', 'observed',
+                          'reg_scope', 'temperature')
+        if getattr(layer, name) != getattr(shipped, name)
+    ]
+    differs += ['solver_cfg'] if layer.solver_cfg != shipped.solver_cfg \
+        else []
+    assert len(differs) == 1, differs

@@ -87,6 +87,8 @@ VARIANTS = {
                   [_CAPS + 'reg_scope=layer']),
     'reg_network': ('E also trains every layer before the capsules', 'hgw',
                     [_CAPS + 'reg_scope=network']),
+    'temp05': ('activation temperature 0.5 instead of 0.1', 'hgw',
+               [_CAPS + 'temperature=0.5']),
     'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [
         _CAPS + 'routing=uniform', _CAPS + 'reg_scope=layer'
     ]),
