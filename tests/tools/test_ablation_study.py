@@ -177,9 +177,10 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
     assert not (tmp_path / 'x.md').exists()
 
 
-@pytest.mark.parametrize(
-    'variant',
-    ['uniform', 'ablA', 'ablB', 'ablC', 'counts', 'reg_layer', 'temp05'])
+@pytest.mark.parametrize('variant', [
+    'uniform', 'ablA', 'ablB', 'ablC', 'counts', 'reg_layer', 'temp05',
+    'eps01', 'unroll'
+])
 def test_capsule_variants_name_real_layer_arguments(study, variant):
     # Each capsule variant's options, merged into the family's HGWCaps
     # config, build a layer that differs from the shipped one as described.

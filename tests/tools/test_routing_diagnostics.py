@@ -26,8 +26,17 @@ def test_statistics_and_where_e_reaches(cfg, scope):
         assert s['distance_std_types'] > 0
         assert 0 <= s['activation_std_locations'] <= 1
     grads = result['gradients']
-    caps = grads['capsule layers']
-    assert caps['task + E'] != pytest.approx(caps['task'])
+    # E trains the component embedding and the subcapsules; a layer's pose
+    # map only as an input of a later layer's E (scope 'network').
+    for role in ('embed', 'subcapsules'):
+        caps = grads[f'capsule layers ({role})']
+        assert caps['task + E'] != pytest.approx(caps['task'])
+    pose = grads['capsule layers (pose_weight)']
+    assert pose['task'] > 0
+    if scope == 'layer':
+        assert pose['task + E'] == pytest.approx(pose['task'], rel=1e-5)
+    else:
+        assert pose['task + E'] != pytest.approx(pose['task'], rel=1e-3)
     # The first encoder stage lies before every capsule layer: E reaches
     # it only through the layers' inputs.
     first = grads['backbone (encoder.0)']

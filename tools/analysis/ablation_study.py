@@ -89,6 +89,10 @@ VARIANTS = {
                     [_CAPS + 'reg_scope=network']),
     'temp05': ('activation temperature 0.5 instead of 0.1', 'hgw',
                [_CAPS + 'temperature=0.5']),
+    'eps01': ('solver eps 0.1 instead of 0.01 (softer plans)', 'hgw',
+              [_CAPS + 'solver_cfg.eps=0.1']),
+    'unroll': ('gradient through the solver iterations, not the envelope',
+               'hgw', [_CAPS + 'solver_cfg.grad=unroll']),
     'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [
         _CAPS + 'routing=uniform', _CAPS + 'reg_scope=layer'
     ]),

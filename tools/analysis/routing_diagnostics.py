@@ -14,7 +14,8 @@ its data, prints and writes as JSON:
 - per part of the network (backbone stages before, at and after the
   capsules; heads): the gradient norm of the task loss alone and of the
   task loss with the regulariser E, so that one sees which parameters E
-  trains and how strongly beside the task.
+  trains and how strongly beside the task (the capsule layers' parameters
+  by role: component embedding, subcapsules, pose map).
 
     python tools/analysis/routing_diagnostics.py CONFIG [--checkpoint CKPT]
         [--batches 2] [--beta 0.5] [--out diag.json] [--cfg-options k=v ...]
@@ -70,10 +71,14 @@ def input_dependence(dist, act) -> dict:
 
 
 def section_of(name: str, capsule_names) -> str:
-    """Which part of the network a parameter belongs to, by name."""
+    """Which part of the network a parameter belongs to, by name; capsule
+    layers' parameters by role (``embed``, ``subcapsules``,
+    ``pose_weight``, ``bias``), since the routing reaches each by another
+    path: the subcapsules, for one, only through the distances and E."""
     for caps in capsule_names:
         if name.startswith(caps + '.'):
-            return 'capsule layers'
+            role = name[len(caps) + 1:].split('.')[0]
+            return f'capsule layers ({role})'
     return name.split('.')[0] if not name.startswith('backbone.') else \
         'backbone (' + '.'.join(name.split('.')[1:3]) + ')'
 
