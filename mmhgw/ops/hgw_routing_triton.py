@@ -408,11 +408,11 @@ def _meta(X_p, X_q, eps, outer, inner, proximal, uniform):
 
 def _num_warps(meta, itemsize, backward):
     """Warps per program from the bytes of the largest broadcast
-    temporary (``BP x BP x BQ``, the product ``h1 T``). Per ptxas (sm_90):
-    at V_p = 16, V_q = 8 the forward fits 4 warps in both dtypes (56 and
-    118 registers); at V_p = 32 it takes 8 (96 registers in float32; 128
-    and a 44-byte spill in float64), and the backward, with more live
-    blocks, takes 8 from V_p = 16 in float64 and V_p = 32 in float32."""
+    temporary (``BP x BP x BQ``, the product ``h1 T``), the backward, with
+    more live blocks, switching at half the size; the thresholds keep the
+    layer's float32 problems free of register spills on sm_90
+    (:func:`compile_report`; ``bench/triton_resources.py`` writes the
+    table)."""
     size = meta['BP'] * max(meta['BP'], meta['BD']) * meta['BQ'] * itemsize
     return 4 if size < (2**14 if backward else 2**15) else 8
 
@@ -472,3 +472,73 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
         dcol += part_col[:length].sum(0)
         dbeta += part_beta[:length].sum()
     return (dX_p, dX_q, dh1, dh2, drow, dcol, dbeta), parts
+
+
+def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
+                   V_p: int = 32, V_q: int = 8, d: int = 8,
+                   options: dict = None) -> dict:
+    """Compile the forward and backward kernels for an NVIDIA GPU of compute
+    capability ``arch`` at one problem shape, with no GPU: Triton's compiler
+    down to PTX, then its bundled ``ptxas -v`` for the resource use.
+
+    ``options``: ``eps``, ``outer``, ``inner``, ``proximal``, ``uniform``
+    (default: the layer's solver). Returns, per kernel (``'forward'``,
+    ``'backward'``): ``num_warps``, ``registers`` per thread,
+    ``spill_bytes`` (stores + loads) and ``tensor_cores`` (the PTX holds
+    ``mma`` / ``wgmma`` instructions).
+    """
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    if os.environ.get('TRITON_INTERPRET') == '1':
+        raise RuntimeError('compile_report compiles the kernels, which '
+                           'TRITON_INTERPRET=1 replaced by the interpreter '
+                           'when this module was imported; unset it')
+    solver = dict(eps=1e-2, outer=3, inner=10, proximal=True, uniform=False)
+    solver.update(options or {})
+    X_p = torch.zeros(1, V_p, d, dtype=dtype)
+    X_q = torch.zeros(1, V_q, d, dtype=dtype)
+    meta = _meta(X_p, X_q, **solver)
+    pointer = {torch.float32: '*fp32', torch.float64: '*fp64'}[dtype]
+    try:  # the bundled ptxas by target (Triton >= 3.7) or the only one
+        ptxas = get_ptxas(arch).path
+    except TypeError:
+        ptxas = get_ptxas().path
+    report = {}
+    for name, kernel, backward in (('forward', _forward_kernel, False),
+                                   ('backward', _backward_kernel, True)):
+        constants = dict(meta)
+        if 'WANT_PARTS' in kernel.arg_names:
+            constants['WANT_PARTS'] = False
+        # Compile-time constants, the two integer arguments, else pointers.
+        signature = {a: pointer for a in kernel.arg_names}
+        signature.update({a: 'i32' for a in ('N', 'M0') if a in signature})
+        signature.update({a: 'constexpr' for a in constants})
+        num_warps = _num_warps(meta, X_p.element_size(), backward)
+        compiled = triton.compile(
+            ASTSource(fn=kernel, signature=signature, constexprs=constants),
+            target=GPUTarget('cuda', arch,
+                             32), options=dict(num_warps=num_warps))
+        ptx = compiled.asm['ptx']
+        suffix = 'a' if arch >= 90 else ''
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, f'{name}.ptx')
+            with open(path, 'w') as f:
+                f.write(ptx)
+            log = subprocess.run([
+                ptxas, f'-arch=sm_{arch}{suffix}', '-v', path, '-o',
+                os.path.join(tmp, f'{name}.cubin')
+            ], capture_output=True, text=True, check=True).stderr
+        registers = re.search(r'Used (\d+) registers', log)
+        spills = re.findall(r'(\d+) bytes spill (?:stores|loads)', log)
+        report[name] = dict(
+            num_warps=num_warps,
+            registers=int(registers.group(1)) if registers else None,
+            spill_bytes=sum(map(int, spills)),
+            tensor_cores=re.search(r'\b(wg)?mma\.', ptx) is not None)
+    return report
