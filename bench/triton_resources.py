@@ -10,7 +10,8 @@ import argparse
 import torch
 
 from mmhgw.benchmarking import markdown_table, write_section
-from mmhgw.ops.hgw_routing_triton import compile_report
+from mmhgw.ops.hgw_routing_triton import (BACKWARD_TILE, FORWARD_TILE,
+                                          compile_report)
 
 #: (V_p, V_q, d): the default layer (32 types, 8 parts of dim 8) and a
 #: smaller one.
@@ -38,8 +39,11 @@ def main():
         'spilled bytes (stores + loads)', 'tensor cores'
     ], rows)
     body += ('\n\nCompiled for sm_{0} by Triton {1}, the layer\'s solver '
-             '(eps 1e-2, 3 x 10 iterations). No GPU is needed to '
-             'produce this table.'.format(args.arch, _triton_version()))
+             '(eps 1e-2, 3 x 10 iterations), tiles of {2} (forward) and {3} '
+             '(backward) columns (types x parts) per program. No GPU is '
+             'needed to produce this table; it says nothing of speed.'.format(
+                 args.arch, _triton_version(), FORWARD_TILE[0],
+                 BACKWARD_TILE[0]))
     write_section('triton-resources',
                   f'Triton routing kernels: resources on sm_{args.arch}', body)
     print(body)

@@ -3,25 +3,34 @@
 The specification is :func:`mmhgw.ops.hgw_routing_reference`: the same
 iterates, floors and rounding as ``mmhgw/ops/csrc/hgw_routing_kernel.h``.
 
-Layout: one program holds one ``V_p x V_q`` problem in registers, as 2-D
-blocks padded to powers of two (``BP``, ``BQ``; ``BD`` for the embedding
-size) with masks. Padded entries of the log-kernel are set to ``NEG``
-(finite: ``-inf - (-inf)`` would be NaN in the max-shifted sums) and
-padded entries of every ``exp`` and of the plan to 0, so they add nothing
-to a sum. The problems are far below ``tl.dot``'s minimum sizes (``V_q`` is
-8), so the small matrix products are broadcast products reduced by
-``tl.sum``.
+Layout: tiles of output types. One program holds one location and
+``BN`` output types: ``h1`` is read once, and the ``BN`` plans of the tile
+sit side by side as one ``[BP, BN * BQ]`` block (column ``(n, j)``: part
+``j`` of type ``n``), so that the GW products ``h1 T_n h2_n^T`` of all of
+them are two ``tl.dot``: ``h1`` times the block, then the block-diagonal
+matrix of the ``h2_n^T``; the cross cost's inner products, the parts
+``V_q T^T X_p`` and every product of the backward are ``tl.dot`` too.
+Row reductions (the Sinkhorn row sums) run per type, over segments of
+``BQ`` columns; column reductions over the whole block. Blocks are padded
+to powers of two of at least 16 (``tl.dot``'s smallest) with masks: padded
+entries of the log-kernel are ``NEG`` (finite: ``-inf - (-inf)`` would be
+NaN in the max-shifted sums), of every ``exp`` and of the plan 0, so they
+add nothing to a sum or a product.
 
-- forward: one program per (location m, type n): the cross cost, the
-  proximal-point solve (Eq. 25 / 25a), the value (Eq. 21) and the parts
-  ``V_q T^T X_p[m]``.
-- backward: one program per location, looping over the types: the plan is
-  solved again and the envelope gradient taken at it. The per-location
-  gradients (``dX_p``, ``dh1``, ``drow``) accumulate in registers and are
-  written once; the per-type ones (``dX_q``, ``dh2``, ``dcol``, ``dbeta``)
-  are written per (location, type) into partial buffers that torch sums
-  over the locations: deterministic, no atomics, and bounded by running
-  the locations in chunks.
+- forward: one program per (location, tile of types): the cross cost, the
+  proximal-point solve (Eq. 25 / 25a), the values (Eq. 21) and the parts.
+- backward: one program per location, looping over its tiles: the plans
+  are solved again and the envelope gradient taken at them. The
+  per-location gradients (``dX_p``, ``dh1``, ``drow``) accumulate in
+  registers and are written once; the per-type ones (``dX_q``, ``dh2``,
+  ``dcol``, ``dbeta``) are written per (location, type) into partial
+  buffers that torch sums over the locations: deterministic, no atomics,
+  and bounded by running the locations in chunks.
+
+Products: float32 by three TF32 tensor-core products (``tf32x3``, about
+float32's accuracy), float64 exactly (``ieee``). :func:`compile_report`
+(``bench/triton_resources.py``) shows the registers, spills and
+tensor-core instructions of the kernels as compiled for a GPU.
 
 Numerics: dtype-dependent constants (``eps``, marginals and their logs, the
 floors of :func:`mmhgw.ot.safe_log` and :func:`mmhgw.ot.exp_floor`) enter as
@@ -30,12 +39,9 @@ rounds the reference's Python scalars; ``beta`` is read from its tensor
 (no host synchronisation). float32 divisions use ``tl.div_rn``: Triton's
 default float32 division on NVIDIA GPUs is approximate.
 
-Speed: correct on an H100 but latency-bound there (``docs/benchmarks.md``,
-"GPU"): at a 256-channel layer (32 x 8 problems, 134,400 per image of
-800x1333) the forward takes 159x the 3x3 convolution. Holding all types of
-a location in one program would read ``h1`` once instead of once per type
-and make ``h1 T`` a ``32 x 32`` by ``32 x 256`` product, large enough for
-``tl.dot``; that layout is the next step, to be timed on a GPU.
+A problem with a non-finite input gets a NaN plan, as in the reference;
+its inputs are zeroed for the solve, since a tile's products mix the
+columns of all its types and ``0 * NaN`` is NaN.
 """
 import math
 import os
@@ -106,9 +112,15 @@ def _neg_expm1(x):
 @_jit
 def _power_of_two_scale(X, FP32: tl.constexpr):
     """The largest power of two not above ``max |X|``, 1 below 2
-    (:func:`mmhgw.ot.power_of_two_scale`): the exponent bits of the
-    maximum."""
-    top = tl.max(tl.max(tl.abs(X), axis=1), axis=0)
+    (:func:`mmhgw.ot.power_of_two_scale`)."""
+    return _power_of_two_below(tl.max(tl.max(tl.abs(X), axis=1), axis=0), FP32)
+
+
+@_jit
+def _power_of_two_below(top, FP32: tl.constexpr):
+    """Elementwise: the largest power of two not above ``top`` (>= 0), or
+    1 where ``top`` is below 2 or not finite: the exponent bits of
+    ``top``."""
     if FP32:
         bits = top.to(tl.int32, bitcast=True) & 0x7F800000
         scale = bits.to(tl.float32, bitcast=True)
@@ -125,198 +137,279 @@ def _finite(x):
     return tl.sum(tl.where(x - x == 0.0, 0, 1)) == 0
 
 
+# Reductions and broadcasts of a tile's [BP, BN * BQ] blocks by type.
 @_jit
-def _cross_cost(Xp, Xq, D: tl.constexpr, FP32: tl.constexpr):
-    """``sq = |x_i - y_j|^2`` by the reference's expansion of the
-    embeddings scaled by powers of two
-    (:func:`mmhgw.ot.scaled_squared_distance`), ``E = exp(-max(sq, 0) /
-    d)`` and ``K = 1 - E``."""
+def _segment_sum(x, BP: tl.constexpr, BN: tl.constexpr, BQ: tl.constexpr):
+    """[BP, BN * BQ] -> [BP, BN]: sums over each type's columns."""
+    return tl.sum(tl.reshape(x, (BP, BN, BQ)), axis=2)
+
+
+@_jit
+def _segment_max(x, BP: tl.constexpr, BN: tl.constexpr, BQ: tl.constexpr):
+    """[BP, BN * BQ] -> [BP, BN]: maxima over each type's columns."""
+    return tl.max(tl.reshape(x, (BP, BN, BQ)), axis=2)
+
+
+@_jit
+def _expand(v, BP: tl.constexpr, BN: tl.constexpr, BQ: tl.constexpr):
+    """[BP, BN] -> [BP, BN * BQ]: each type's value on all its columns."""
+    return tl.reshape(tl.broadcast_to(v[:, :, None], (BP, BN, BQ)),
+                      (BP, BN * BQ))
+
+
+@_jit
+def _type_max(v, BN: tl.constexpr, BQ: tl.constexpr):
+    """[BN * BQ] -> [BN * BQ]: the maximum over each type's columns, on
+    each of them."""
+    top = tl.max(tl.reshape(v, (BN, BQ)), axis=1)
+    return tl.reshape(tl.broadcast_to(top[:, None], (BN, BQ)), (BN * BQ, ))
+
+
+@_jit
+def _type_sum(v, BN: tl.constexpr, BQ: tl.constexpr):
+    """[BN * BQ] -> [BN]: sums over each type's columns."""
+    return tl.sum(tl.reshape(v, (BN, BQ)), axis=1)
+
+
+@_jit
+def _cross_cost_tile(Xp, Xq, BN: tl.constexpr, BQ: tl.constexpr,
+                     D: tl.constexpr, FP32: tl.constexpr,
+                     PRECISION: tl.constexpr):
+    """The cross cost of one location's ``Xp`` [BP, BD] and the parts
+    ``Xq`` [BN * BQ, BD] of a tile of types: ``sq = |x_i - y_j|^2`` by the
+    reference's expansion of the embeddings scaled by powers of two, one
+    for ``Xp`` and one per type (:func:`mmhgw.ot.scaled_squared_distance`),
+    the inner products as one tl.dot; ``E = exp(-max(sq, 0) / d)`` and
+    ``K = 1 - E``. Returns ``(sq, K, E)`` [BP, BN * BQ]."""
     a = _power_of_two_scale(Xp, FP32)
-    b = _power_of_two_scale(Xq, FP32)
-    c = tl.maximum(a, b)
-    ra = _div(a, c, FP32)
+    b = _power_of_two_below(_type_max(tl.max(tl.abs(Xq), axis=1), BN, BQ),
+                            FP32)
+    c = tl.maximum(b * 0.0 + a, b)
+    ra = _div(b * 0.0 + a, c, FP32)
     rb = _div(b, c, FP32)
     Xp = _div(Xp, Xp * 0.0 + a, FP32)
-    Xq = _div(Xq, Xq * 0.0 + b, FP32)
+    Xq = _div(Xq, Xq * 0.0 + b[:, None], FP32)
     sqp = tl.sum(Xp * Xp, axis=1)
     sqq = tl.sum(Xq * Xq, axis=1)
-    dot = tl.sum(Xp[:, None, :] * Xq[None, :, :], axis=2)
-    sq = ((ra * ra) * sqp[:, None] +
-          (rb * rb) * sqq[None, :]) - (2.0 * (ra * rb)) * dot
-    sq = sq * c * c
+    dot = tl.dot(Xp, tl.trans(Xq), input_precision=PRECISION)
+    sq = (((ra * ra)[None, :] * sqp[:, None] + (rb * rb * sqq)[None, :]) -
+          (2.0 * (ra * rb))[None, :] * dot)
+    sq = sq * (c * c)[None, :]
     x = _div(-tl.maximum(sq, 0.0), tl.zeros_like(sq) + D, FP32)
     return sq, _neg_expm1(x), tl.exp(x)
 
 
 @_jit
-def _plan(h1, H2, row, col, K, beta, rmask, cmask, BP: tl.constexpr,
-          BQ: tl.constexpr, OUTER: tl.constexpr, INNER: tl.constexpr,
-          PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr, EPS: tl.constexpr,
-          P: tl.constexpr, Q: tl.constexpr, LOG_P: tl.constexpr,
-          LOG_Q: tl.constexpr, LOG_T0: tl.constexpr, UNIF: tl.constexpr,
-          TINY: tl.constexpr, LO: tl.constexpr, FP32: tl.constexpr):
-    """The rounded plan [BP, BQ] (zero where padded) of one problem, the
-    fixed-count path of :func:`mmhgw.ot.plan_from_terms`; also ``h1 T``.
-
-    ``h1`` [BP, BP], ``H2`` [BQ, BQ] (``h2`` itself: ``h1 T h2^T`` reduces
-    along its rows), ``row`` [BP], ``col`` [BQ], ``K`` [BP, BQ].
-    """
-    mask = rmask[:, None] & cmask[None, :]
+def _plan_tile(h1, H2T, row, col, K, beta, rmask, wmask, tmask,
+               BP: tl.constexpr, BN: tl.constexpr, BQ: tl.constexpr,
+               OUTER: tl.constexpr, INNER: tl.constexpr,
+               PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
+               EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
+               LOG_P: tl.constexpr, LOG_Q: tl.constexpr, LOG_T0: tl.constexpr,
+               UNIF: tl.constexpr, TINY: tl.constexpr, LO: tl.constexpr,
+               FP32: tl.constexpr, PRECISION: tl.constexpr):
+    """The rounded plans [BP, BN * BQ] of a tile of types (zero where
+    padded), the fixed-count path of :func:`mmhgw.ot.plan_from_terms`, and
+    ``h1 T``. ``H2T`` [BN * BQ, BN * BQ] is
+    block diagonal with the blocks ``h2_n^T``; ``rmask`` [BP] marks the
+    real rows, ``wmask`` [BN * BQ] the real columns, ``tmask`` [BN] the
+    real types."""
+    mask = rmask[:, None] & wmask[None, :]
+    rows_mask = rmask[:, None] & tmask[None, :]  # [BP, BN]
     zero = tl.zeros_like(K)
     if UNIFORM:
         T = tl.where(mask, zero + UNIF, zero)
     else:
         LT = tl.where(mask, zero + LOG_T0, NEG)
         T = tl.where(mask, tl.exp(LT), zero)
-        f = tl.sum(zero, axis=1)
-        g = tl.sum(zero, axis=0)
-        p_vec = f + P
-        q_vec = g + Q
+        f = _segment_sum(zero, BP, BN, BQ)  # [BP, BN]
+        g = tl.sum(zero, axis=0)  # [BN * BQ]
         eps = zero + EPS
         for _step in range(OUTER):
-            # Eq. 25a: cost = row 1^T + 1 col^T - h1 T h2^T + beta K (the
-            # paper's + eps is absorbed by the potentials).
-            A = tl.sum(h1[:, :, None] * T[None, :, :], axis=1)
-            C = tl.sum(A[:, None, :] * H2[None, :, :], axis=2)
+            # Eq. 25a for every type of the tile at once.
+            A = tl.dot(h1, T, input_precision=PRECISION)
+            C = tl.dot(A, H2T, input_precision=PRECISION)
             cost = (row[:, None] + col[None, :]) - C + beta * K
             LK = _div(-cost, eps, FP32)
             if PROXIMAL:
-                LK = LK + LT  # KL(T || T_prev), Eq. 25
+                LK = LK + LT
             LK = tl.where(mask, LK, NEG)
-            # One log-domain Sinkhorn iteration, max-shifted, floored exp:
-            # f = log p - LSE_j(logk + g), then g = log q - LSE_i(logk + f).
             x = tl.where(mask, LK + g[None, :], NEG)
-            mx = tl.max(x, axis=1)
-            e = tl.where(mask, tl.exp(tl.maximum(x - mx[:, None], LO)), zero)
-            # Padded rows (columns) sum to 0: their log is kept finite.
-            s = tl.where(rmask, tl.sum(e, axis=1), 1.0)
-            f = tl.where(rmask, LOG_P - (tl.log(s) + mx), 0.0)
-            x = tl.where(mask, LK + f[:, None], NEG)
+            mx = _segment_max(x, BP, BN, BQ)
+            e = tl.where(mask,
+                         tl.exp(tl.maximum(x - _expand(mx, BP, BN, BQ), LO)),
+                         zero)
+            s = tl.where(rows_mask, _segment_sum(e, BP, BN, BQ), 1.0)
+            f = tl.where(rows_mask, LOG_P - (tl.log(s) + mx), 0.0)
+            x = tl.where(mask, LK + _expand(f, BP, BN, BQ), NEG)
             mx = tl.max(x, axis=0)
             e = tl.where(mask, tl.exp(tl.maximum(x - mx[None, :], LO)), zero)
-            c = tl.where(cmask, tl.sum(e, axis=0), 1.0)
-            g = tl.where(cmask, LOG_Q - (tl.log(c) + mx), 0.0)
+            c = tl.where(wmask, tl.sum(e, axis=0), 1.0)
+            g = tl.where(wmask, LOG_Q - (tl.log(c) + mx), 0.0)
             if INNER > 1:
-                # Stabilised kernel-domain iterations on M = exp(logk+f+g).
                 M = tl.where(
-                    mask, tl.exp(tl.maximum(LK + f[:, None] + g[None, :], LO)),
-                    zero)
+                    mask,
+                    tl.exp(
+                        tl.maximum(LK + _expand(f, BP, BN, BQ) + g[None, :],
+                                   LO)), zero)
                 u = f * 0.0
-                v = tl.where(cmask, g * 0.0 + 1.0, 0.0)
+                v = tl.where(wmask, g * 0.0 + 1.0, 0.0)
                 for _it in range(INNER - 1):
-                    s = tl.maximum(tl.sum(M * v[None, :], axis=1), TINY)
-                    u = tl.where(rmask, _div(p_vec, s, FP32), 0.0)
-                    c = tl.maximum(tl.sum(u[:, None] * M, axis=0), TINY)
-                    v = tl.where(cmask, _div(q_vec, c, FP32), 0.0)
-                f = tl.where(rmask, f + tl.log(tl.maximum(u, TINY)), 0.0)
-                g = tl.where(cmask, g + tl.log(tl.maximum(v, TINY)), 0.0)
-                T = M * u[:, None] * v[None, :]
-                LT = tl.where(mask, LK + f[:, None] + g[None, :], NEG)
-            else:
-                LT = tl.where(mask, LK + f[:, None] + g[None, :], NEG)
+                    s = tl.maximum(_segment_sum(M * v[None, :], BP, BN, BQ),
+                                   TINY)
+                    u = tl.where(rows_mask, _div(s * 0.0 + P, s, FP32), 0.0)
+                    c = tl.maximum(tl.sum(_expand(u, BP, BN, BQ) * M, axis=0),
+                                   TINY)
+                    v = tl.where(wmask, _div(c * 0.0 + Q, c, FP32), 0.0)
+                f = tl.where(rows_mask, f + tl.log(tl.maximum(u, TINY)), 0.0)
+                g = tl.where(wmask, g + tl.log(tl.maximum(v, TINY)), 0.0)
+                T = M * _expand(u, BP, BN, BQ) * v[None, :]
+            LT = tl.where(mask, LK + _expand(f, BP, BN, BQ) + g[None, :], NEG)
+            if INNER <= 1:
                 T = tl.where(mask, tl.exp(tl.maximum(LT, LO)), zero)
-        # Rounding onto Gamma(p, q) (mmhgw.ot.round_to_polytope).
-        rows = tl.maximum(tl.sum(T, axis=1), TINY)
-        T = T * tl.minimum(_div(p_vec, rows, FP32), 1.0)[:, None]
+        # Rounding onto Gamma(p, q), per type.
+        rows = tl.maximum(_segment_sum(T, BP, BN, BQ), TINY)
+        T = T * _expand(tl.minimum(_div(rows * 0.0 + P, rows, FP32), 1.0), BP,
+                        BN, BQ)
         cols = tl.maximum(tl.sum(T, axis=0), TINY)
-        T = T * tl.minimum(_div(q_vec, cols, FP32), 1.0)[None, :]
-        dp = tl.where(rmask, tl.maximum(P - tl.sum(T, axis=1), 0.0), 0.0)
-        dq = tl.where(cmask, tl.maximum(Q - tl.sum(T, axis=0), 0.0), 0.0)
-        # The correction is skipped below sqrt(tiny), as in the reference
-        # (total^2 > tiny: total >= 0).
-        total = tl.sum(dp, axis=0)
+        T = T * tl.minimum(_div(cols * 0.0 + Q, cols, FP32), 1.0)[None, :]
+        dp = tl.where(rows_mask,
+                      tl.maximum(P - _segment_sum(T, BP, BN, BQ), 0.0), 0.0)
+        dq = tl.where(wmask, tl.maximum(Q - tl.sum(T, axis=0), 0.0), 0.0)
+        total = tl.reshape(
+            tl.broadcast_to(tl.sum(dp, axis=0)[:, None], (BN, BQ)),
+            (BN * BQ, ))
         acts = total * total > TINY
         T = T + tl.where(
-            acts,
-            _div(dp[:, None] * dq[None, :], zero + tl.where(acts, total, 1.0),
-                 FP32), 0.0)
-    A = tl.sum(h1[:, :, None] * T[None, :, :], axis=1)
+            acts[None, :],
+            _div(
+                _expand(dp, BP, BN, BQ) * dq[None, :],
+                zero + tl.where(acts, total, 1.0)[None, :], FP32), 0.0)
+    A = tl.dot(h1, T, input_precision=PRECISION)
     return T, A
 
 
 @_jit
-def _forward_kernel(XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N,
-                    VP: tl.constexpr, VQ: tl.constexpr, D: tl.constexpr,
-                    BP: tl.constexpr, BQ: tl.constexpr, BD: tl.constexpr,
-                    OUTER: tl.constexpr, INNER: tl.constexpr,
-                    PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
-                    EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
-                    LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
-                    LOG_T0: tl.constexpr, UNIF: tl.constexpr,
-                    TINY: tl.constexpr, LO: tl.constexpr, FP32: tl.constexpr):
-    pid = tl.program_id(0).to(tl.int64)
-    m = pid // N
-    n = pid % N
-    ip = tl.arange(0, BP)
-    iq = tl.arange(0, BQ)
-    ie = tl.arange(0, BD)
-    rmask = ip < VP
-    cmask = iq < VQ
-    emask = ie < D
-    Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :],
-                 mask=rmask[:, None] & emask[None, :], other=0.0)
-    Xq = tl.load(XQ + n * VQ * D + iq[:, None] * D + ie[None, :],
-                 mask=cmask[:, None] & emask[None, :], other=0.0)
-    h1 = tl.load(H1 + m * VP * VP + ip[:, None] * VP + ip[None, :],
-                 mask=rmask[:, None] & rmask[None, :], other=0.0)
-    h2 = tl.load(H2 + n * VQ * VQ + iq[:, None] * VQ + iq[None, :],
-                 mask=cmask[:, None] & cmask[None, :], other=0.0)
-    row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
-    col = tl.load(COL + n * VQ + iq, mask=cmask, other=0.0)
-    beta = tl.load(BETA)
-    # A problem with a non-finite input gets a NaN plan (the reference's
-    # poisoned_problems); padded entries were loaded as 0.
-    good = (_finite(Xp) & _finite(h1) & _finite(row) & _finite(Xq)
-            & _finite(h2) & _finite(col) & (beta - beta == 0.0))
-    sq, K, E = _cross_cost(Xp, Xq, D, FP32)
-    T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER, INNER,
-                 PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q, LOG_T0, UNIF,
-                 TINY, LO, FP32)
-    T = tl.where(good, T, NAN)
-    # Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
-    C = tl.sum(A[:, None, :] * h2[None, :, :], axis=2)
-    value = tl.sum(
-        tl.sum(((row[:, None] + col[None, :]) - C + beta * K) * T, axis=1),
-        axis=0)
-    tl.store(DIST + pid, value)
-    # Parts: V_q T^T X_p (columns of the plan sum to 1 / V_q).
-    parts = VQ * tl.sum(T[:, :, None] * Xp[:, None, :], axis=0)
-    tl.store(PARTS + pid * VQ * D + iq[:, None] * D + ie[None, :], parts,
-             mask=cmask[:, None] & emask[None, :])
+def _rows_finite(x):
+    """[R, C] -> [R]: whether each row of ``x`` is finite."""
+    return tl.sum(tl.where(x - x == 0.0, 0, 1), axis=1) == 0
 
 
 @_jit
-def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
-                     DXQ, DH2, DCOL, DBETA, PARTS, M0, N,
-                     WANT_PARTS: tl.constexpr, VP: tl.constexpr,
-                     VQ: tl.constexpr, D: tl.constexpr, BP: tl.constexpr,
-                     BQ: tl.constexpr, BD: tl.constexpr, OUTER: tl.constexpr,
-                     INNER: tl.constexpr, PROXIMAL: tl.constexpr,
-                     UNIFORM: tl.constexpr, EPS: tl.constexpr, P: tl.constexpr,
-                     Q: tl.constexpr, LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
-                     LOG_T0: tl.constexpr, UNIF: tl.constexpr,
-                     TINY: tl.constexpr, LO: tl.constexpr, FP32: tl.constexpr):
-    """Envelope gradient of location ``M0 + pid`` over all types.
+def _load_types(XQ, H2, COL, n0, N, wn, wj, ie, wmask, emask, VQ: tl.constexpr,
+                D: tl.constexpr):
+    """A tile's subcapsules ``Xq`` [BN * BQ, BD], ``col`` [BN * BQ] and the
+    block-diagonal ``H2T`` [BN * BQ, BN * BQ] with
+    ``H2T[(n, k), (n, j)] = h2[n, j, k]`` (0 between different types), and
+    which columns belong to a type whose inputs are all finite."""
+    Xq = tl.load(
+        XQ + (n0 + wn)[:, None] * VQ * D + wj[:, None] * D + ie[None, :],
+        mask=wmask[:, None] & emask[None, :], other=0.0)
+    col = tl.load(COL + (n0 + wn) * VQ + wj, mask=wmask, other=0.0)
+    H2T = tl.load(
+        H2 + (n0 + wn)[None, :] * VQ * VQ + wj[None, :] * VQ + wj[:, None],
+        mask=(wn[:, None] == wn[None, :]) & wmask[:, None] & wmask[None, :],
+        other=0.0)
+    column_good = (_rows_finite(Xq) & _rows_finite(tl.trans(H2T)) &
+                   (col - col == 0.0))
+    return Xq, col, H2T, column_good
 
-    At the fixed plan T: d/drow = gd T 1, d/dcol = gd T^T 1,
-    d/dbeta = gd <K, T>, d/dh1 = -gd T h2 T^T, d/dh2 = -gd T^T h1 T,
-    d/dK = gd beta T chained through K = 1 - exp(-max(sq, 0) / d)
-    (dK/dsq = exp(-sq / d) / d where sq >= 0), and the parts
-    V_q T^T X_p give dX_p += V_q T gp. With ``WANT_PARTS`` the parts at
-    the plans are written to ``PARTS`` as the forward does.
-    """
+
+@_jit
+def _forward_tile_kernel(
+        XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N, VP: tl.constexpr,
+        VQ: tl.constexpr, D: tl.constexpr, BP: tl.constexpr, BQ: tl.constexpr,
+        BD: tl.constexpr, BN: tl.constexpr, OUTER: tl.constexpr,
+        INNER: tl.constexpr, PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
+        EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
+        LOG_P: tl.constexpr, LOG_Q: tl.constexpr, LOG_T0: tl.constexpr,
+        UNIF: tl.constexpr, TINY: tl.constexpr, LO: tl.constexpr,
+        FP32: tl.constexpr, PRECISION: tl.constexpr):
+    """The forward of location ``program_id(0)`` for the types
+    ``BN * program_id(1) + [0, BN)``: distances and parts."""
+    m = tl.program_id(0).to(tl.int64)
+    n0 = tl.program_id(1).to(tl.int64) * BN
+    ip = tl.arange(0, BP)
+    ie = tl.arange(0, BD)
+    it = tl.arange(0, BN)
+    iw = tl.arange(0, BN * BQ)
+    wn = iw // BQ  # type of a column within the tile
+    wj = iw % BQ  # part of a column
+    rmask = ip < VP
+    emask = ie < D
+    tmask = n0 + it < N
+    wmask = (n0 + wn < N) & (wj < VQ)
+    Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :],
+                 mask=rmask[:, None] & emask[None, :], other=0.0)
+    h1 = tl.load(H1 + m * VP * VP + ip[:, None] * VP + ip[None, :],
+                 mask=rmask[:, None] & rmask[None, :], other=0.0)
+    row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
+    beta = tl.load(BETA)
+    Xq, col, H2T, column_good = _load_types(XQ, H2, COL, n0, N, wn, wj, ie,
+                                            wmask, emask, VQ, D)
+    # Problems with a non-finite input get NaN plans (the reference's
+    # poisoned_problems). Their inputs are zeroed for the solve: the tile's
+    # products mix the columns of all its types, and 0 * NaN is NaN.
+    good_location = (_finite(Xp) & _finite(h1) & _finite(row) &
+                     (beta - beta == 0.0))
+    good = ((_type_max(tl.where(column_good, 0, 1), BN, BQ) == 0)
+            & good_location)
+    Xp = tl.where(good_location, Xp, 0.0)
+    h1 = tl.where(good_location, h1, 0.0)
+    row = tl.where(good_location, row, 0.0)
+    beta = tl.where(good_location, beta, 0.0)
+    Xq = tl.where(good[:, None], Xq, 0.0)
+    col = tl.where(good, col, 0.0)
+    H2T = tl.where(good[None, :], H2T, 0.0)
+    sq, K, E = _cross_cost_tile(Xp, Xq, BN, BQ, D, FP32, PRECISION)
+    T, A = _plan_tile(h1, H2T, row, col, K, beta, rmask, wmask, tmask, BP, BN,
+                      BQ, OUTER, INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P,
+                      LOG_Q, LOG_T0, UNIF, TINY, LO, FP32, PRECISION)
+    T = tl.where(good[None, :], T, NAN)
+    # Values at the plans: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
+    C = tl.dot(A, H2T, input_precision=PRECISION)
+    value = _type_sum(
+        tl.sum(((row[:, None] + col[None, :]) - C + beta * K) * T, axis=0), BN,
+        BQ)
+    tl.store(DIST + m * N + n0 + it, value, mask=tmask)
+    # Parts: V_q T^T X_p for every type of the tile.
+    parts = VQ * tl.dot(tl.trans(T), Xp, input_precision=PRECISION)
+    tl.store(
+        PARTS + (m * N + n0 + wn)[:, None] * VQ * D + wj[:, None] * D +
+        ie[None, :], parts, mask=wmask[:, None] & emask[None, :])
+
+
+@_jit
+def _backward_tile_kernel(
+        GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW, DXQ, DH2, DCOL,
+        DBETA, PARTS, M0, N, WANT_PARTS: tl.constexpr, VP: tl.constexpr,
+        VQ: tl.constexpr, D: tl.constexpr, BP: tl.constexpr, BQ: tl.constexpr,
+        BD: tl.constexpr, BN: tl.constexpr, OUTER: tl.constexpr,
+        INNER: tl.constexpr, PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
+        EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
+        LOG_P: tl.constexpr, LOG_Q: tl.constexpr, LOG_T0: tl.constexpr,
+        UNIF: tl.constexpr, TINY: tl.constexpr, LO: tl.constexpr,
+        FP32: tl.constexpr, PRECISION: tl.constexpr):
+    """Envelope gradient of location ``M0 + pid``, its tiles of types in
+    turn, the plans solved again; at the fixed plans:
+    ``dX_p += V_q T gp + 2 (rowsum(G) X_p - G X_q)``,
+    ``dh1 -= (gd T h2) T^T``, ``dh2_n = -gd_n T_n^T (h1 T_n)``,
+    ``dX_q = -2 (G^T X_p - colsum(G) X_q)`` with
+    ``G = gd beta T dK/dsq``, ``drow = gd T 1``, ``dcol = gd T^T 1``,
+    ``dbeta = gd <K, T>``. With ``WANT_PARTS`` the parts at the plans are
+    written to ``PARTS`` as the forward does."""
     pid = tl.program_id(0).to(tl.int64)
     m = M0 + pid
     ip = tl.arange(0, BP)
-    iq = tl.arange(0, BQ)
     ie = tl.arange(0, BD)
+    it = tl.arange(0, BN)
+    iw = tl.arange(0, BN * BQ)
+    wn = iw // BQ
+    wj = iw % BQ
     rmask = ip < VP
-    cmask = iq < VQ
     emask = ie < D
     pe_mask = rmask[:, None] & emask[None, :]
     pp_mask = rmask[:, None] & rmask[None, :]
-    qe_mask = cmask[:, None] & emask[None, :]
-    qq_mask = cmask[:, None] & cmask[None, :]
     Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :], mask=pe_mask,
                  other=0.0)
     h1 = tl.load(H1 + m * VP * VP + ip[:, None] * VP + ip[None, :],
@@ -325,52 +418,67 @@ def _backward_kernel(GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW,
     beta = tl.load(BETA)
     good_location = (_finite(Xp) & _finite(h1) & _finite(row) &
                      (beta - beta == 0.0))
+    Xp = tl.where(good_location, Xp, 0.0)
+    h1 = tl.where(good_location, h1, 0.0)
+    row = tl.where(good_location, row, 0.0)
+    beta = tl.where(good_location, beta, 0.0)
     dXp = Xp * 0.0
     dh1 = h1 * 0.0
     drow = row * 0.0
-    for n in range(N):
-        Xq = tl.load(XQ + n * VQ * D + iq[:, None] * D + ie[None, :],
-                     mask=qe_mask, other=0.0)
-        h2 = tl.load(H2 + n * VQ * VQ + iq[:, None] * VQ + iq[None, :],
-                     mask=qq_mask, other=0.0)
-        col = tl.load(COL + n * VQ + iq, mask=cmask, other=0.0)
-        sq, K, E = _cross_cost(Xp, Xq, D, FP32)
-        T, A = _plan(h1, h2, row, col, K, beta, rmask, cmask, BP, BQ, OUTER,
-                     INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P, LOG_Q, LOG_T0,
-                     UNIF, TINY, LO, FP32)
-        # A NaN plan for a problem with a non-finite input: every gradient
-        # term below holds T, except dX_q's, whose clamp mask could hide
-        # it; that one is set to NaN explicitly.
-        good = good_location & _finite(Xq) & _finite(h2) & _finite(col)
-        T = tl.where(good, T, NAN)
+    for tile in range(0, tl.cdiv(N, BN)):
+        n0 = tile * BN
+        tmask = n0 + it < N
+        wmask = (n0 + wn < N) & (wj < VQ)
+        we_mask = wmask[:, None] & emask[None, :]
+        Xq, col, H2T, column_good = _load_types(XQ, H2, COL, n0, N, wn, wj, ie,
+                                                wmask, emask, VQ, D)
+        good = ((_type_max(tl.where(column_good, 0, 1), BN, BQ) == 0)
+                & good_location)
+        Xq = tl.where(good[:, None], Xq, 0.0)
+        col = tl.where(good, col, 0.0)
+        H2T = tl.where(good[None, :], H2T, 0.0)
+        sq, K, E = _cross_cost_tile(Xp, Xq, BN, BQ, D, FP32, PRECISION)
+        T, A = _plan_tile(h1, H2T, row, col, K, beta, rmask, wmask, tmask, BP,
+                          BN, BQ, OUTER, INNER, PROXIMAL, UNIFORM, EPS, P, Q,
+                          LOG_P, LOG_Q, LOG_T0, UNIF, TINY, LO, FP32,
+                          PRECISION)
+        T = tl.where(good[None, :], T, NAN)
+        k = pid * N + n0  # first (location, type) pair of the partials
         if WANT_PARTS:
             tl.store(
-                PARTS + (m * N + n) * VQ * D + iq[:, None] * D + ie[None, :],
-                VQ * tl.sum(T[:, :, None] * Xp[:, None, :], axis=0),
-                mask=qe_mask)
-        gd = tl.load(GD + m * N + n)
-        gp = tl.load(GP + (m * N + n) * VQ * D + iq[:, None] * D + ie[None, :],
-                     mask=qe_mask, other=0.0)
-        dXp += VQ * tl.sum(T[:, :, None] * gp[None, :, :], axis=1)
-        drow += gd * tl.sum(T, axis=1)
-        # T h2 [BP, BQ], then dh1[i, k] -= gd (T h2)[i] . T[k].
-        B = tl.sum(T[:, :, None] * h2[None, :, :], axis=1)
-        dh1 -= gd * tl.sum(B[:, None, :] * T[None, :, :], axis=2)
-        # Cross cost: dsq/dx_i = 2 (x_i - y_j) = -dsq/dy_j.
-        gsq = tl.where(sq >= 0,
-                       _div(gd * beta * T * E,
-                            tl.zeros_like(T) + D, FP32), 0.0)
-        gx = 2.0 * gsq[:, :, None] * (Xp[:, None, :] - Xq[None, :, :])
-        dXp += tl.sum(gx, axis=1)
-        # Per-type gradients: partials of this (location, type).
-        k = pid * N + n
-        tl.store(DXQ + k * VQ * D + iq[:, None] * D + ie[None, :],
-                 tl.where(good, -tl.sum(gx, axis=0), NAN), mask=qe_mask)
-        dh2 = -gd * tl.sum(T[:, :, None] * A[:, None, :], axis=0)
-        tl.store(DH2 + k * VQ * VQ + iq[:, None] * VQ + iq[None, :], dh2,
-                 mask=qq_mask)
-        tl.store(DCOL + k * VQ + iq, gd * tl.sum(T, axis=0), mask=cmask)
-        tl.store(DBETA + k, gd * tl.sum(tl.sum(K * T, axis=1), axis=0))
+                PARTS + (m * N + n0 + wn)[:, None] * VQ * D + wj[:, None] * D +
+                ie[None, :],
+                VQ * tl.dot(tl.trans(T), Xp, input_precision=PRECISION),
+                mask=we_mask)
+        gd = tl.load(GD + m * N + n0 + wn, mask=wmask, other=0.0)
+        gp = tl.load(
+            GP + (m * N + n0 + wn)[:, None] * VQ * D + wj[:, None] * D +
+            ie[None, :], mask=we_mask, other=0.0)
+        gT = gd[None, :] * T
+        dXp += VQ * tl.dot(T, gp, input_precision=PRECISION)
+        drow += tl.sum(gT, axis=1)
+        # (gd T_n h2_n) T_n^T summed over the tile's types.
+        B = tl.dot(gT, tl.trans(H2T), input_precision=PRECISION)
+        dh1 -= tl.dot(B, tl.trans(T), input_precision=PRECISION)
+        # Cross cost, dK/dsq = E / d where sq >= 0.
+        G = tl.where(sq >= 0, _div(beta * gT * E,
+                                   tl.zeros_like(T) + D, FP32), 0.0)
+        dXp += 2.0 * (tl.sum(G, axis=1)[:, None] * Xp -
+                      tl.dot(G, Xq, input_precision=PRECISION))
+        dXq = -2.0 * (tl.dot(tl.trans(G), Xp, input_precision=PRECISION) -
+                      tl.sum(G, axis=0)[:, None] * Xq)
+        tl.store(
+            DXQ + (k + wn)[:, None] * VQ * D + wj[:, None] * D + ie[None, :],
+            tl.where(good[:, None], dXq, NAN), mask=we_mask)
+        # dh2_n[j, k] = -gd_n (T_n^T h1 T_n)[j, k]: the diagonal blocks.
+        dH2 = -tl.dot(tl.trans(gT), A, input_precision=PRECISION)
+        tl.store(
+            DH2 + (k + wn)[:, None] * VQ * VQ + wj[:, None] * VQ + wj[None, :],
+            dH2, mask=(wn[:, None] == wn[None, :]) & wmask[:, None]
+            & wmask[None, :])
+        tl.store(DCOL + (k + wn) * VQ + wj, tl.sum(gT, axis=0), mask=wmask)
+        tl.store(DBETA + k + it, _type_sum(tl.sum(K * gT, axis=0), BN, BQ),
+                 mask=tmask)
     tl.store(DXP + m * VP * D + ip[:, None] * D + ie[None, :], dXp,
              mask=pe_mask)
     tl.store(DH1 + m * VP * VP + ip[:, None] * VP + ip[None, :], dh1,
@@ -406,15 +514,29 @@ def _meta(X_p, X_q, eps, outer, inner, proximal, uniform):
                 LO=0.5 * math.log(tiny), FP32=dtype == torch.float32)
 
 
-def _num_warps(meta, itemsize, backward):
-    """Warps per program from the bytes of the largest broadcast
-    temporary (``BP x BP x BQ``, the product ``h1 T``), the backward, with
-    more live blocks, switching at half the size; the thresholds keep the
-    layer's float32 problems free of register spills on sm_90
-    (:func:`compile_report`; ``bench/triton_resources.py`` writes the
-    table)."""
-    size = meta['BP'] * max(meta['BP'], meta['BD']) * meta['BQ'] * itemsize
-    return 4 if size < (2**14 if backward else 2**15) else 8
+#: (columns (types x parts) of a tile, warps of its program), forward and
+#: backward: at the layer's float32 shape on sm_90 the largest forward tile
+#: with no register spill, and the backward tile that spills least
+#: (bench/triton_resources.py). Not yet timed on a GPU.
+FORWARD_TILE = (64, 8)
+BACKWARD_TILE = (16, 8)
+
+
+def _tile_meta(meta, N, dtype, tile):
+    """``(meta, num_warps)`` of a tile kernel with ``tile`` (columns,
+    warps): blocks of at least 16 (tl.dot's smallest), BN types per
+    program (at least 16 columns, at most ``columns`` unless one type has
+    more parts) and the dot precision: float32 by three TF32 products
+    (tensor cores, about float32 accuracy), float64 exactly."""
+    columns, num_warps = tile
+    meta = dict(meta)
+    BQ = meta['BQ']
+    meta['BP'] = max(16, meta['BP'])
+    meta['BD'] = max(16, meta['BD'])
+    meta['BN'] = max(1, 16 // BQ, min(columns // BQ,
+                                      triton.next_power_of_2(N)))
+    meta['PRECISION'] = 'tf32x3' if dtype == torch.float32 else 'ieee'
+    return meta, num_warps
 
 
 def forward(X_p, X_q, h1, h2, row, col, beta, eps, outer, inner, proximal,
@@ -427,11 +549,12 @@ def forward(X_p, X_q, h1, h2, row, col, beta, eps, outer, inner, proximal,
     parts = X_p.new_empty(M, N, V_q, d)
     if M * N == 0:
         return dist, parts
-    meta = _meta(X_p, X_q, eps, outer, inner, proximal, uniform)
-    _forward_kernel[(M * N, )](X_p, X_q, h1, h2, row, col, beta, dist, parts,
-                               N, num_warps=_num_warps(meta,
-                                                       X_p.element_size(),
-                                                       False), **meta)
+    meta, num_warps = _tile_meta(
+        _meta(X_p, X_q, eps, outer, inner, proximal, uniform), N, X_p.dtype,
+        FORWARD_TILE)
+    grid = (M, triton.cdiv(N, meta['BN']))
+    _forward_tile_kernel[grid](X_p, X_q, h1, h2, row, col, beta, dist, parts,
+                               N, num_warps=num_warps, **meta)
     return dist, parts
 
 
@@ -451,9 +574,10 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
         grads = (dX_p.zero_(), dX_q, dh1.zero_(), dh2, drow.zero_(), dcol,
                  dbeta)
         return grads, parts
-    meta = _meta(X_p, X_q, eps, outer, inner, proximal, uniform)
+    meta, num_warps = _tile_meta(
+        _meta(X_p, X_q, eps, outer, inner, proximal, uniform), N, X_p.dtype,
+        BACKWARD_TILE)
     per_pair = V_q * (d + V_q + 1) + 1
-    num_warps = _num_warps(meta, X_p.element_size(), True)
     chunk = max(1, min(M, BACKWARD_CHUNK_ENTRIES // (N * per_pair)))
     part_xq = X_p.new_empty(chunk, N, V_q, d)
     part_h2 = X_p.new_empty(chunk, N, V_q, V_q)
@@ -461,12 +585,11 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
     part_beta = X_p.new_empty(chunk, N)
     for start in range(0, M, chunk):
         length = min(chunk, M - start)
-        _backward_kernel[(length, )](grad_dist, grad_parts, X_p, X_q, h1, h2,
-                                     row, col, beta, dX_p, dh1, drow, part_xq,
-                                     part_h2, part_col, part_beta,
-                                     dX_p if parts is None else parts, start,
-                                     N, bool(want_parts), num_warps=num_warps,
-                                     **meta)
+        _backward_tile_kernel[(length, )](
+            grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, dX_p, dh1,
+            drow, part_xq, part_h2, part_col,
+            part_beta, dX_p if parts is None else parts, start, N,
+            bool(want_parts), num_warps=num_warps, **meta)
         dX_q += part_xq[:length].sum(0)
         dh2 += part_h2[:length].sum(0)
         dcol += part_col[:length].sum(0)
@@ -475,11 +598,12 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
 
 
 def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
-                   V_p: int = 32, V_q: int = 8, d: int = 8,
+                   V_p: int = 32, V_q: int = 8, d: int = 8, N: int = 32,
                    options: dict = None) -> dict:
     """Compile the forward and backward kernels for an NVIDIA GPU of compute
-    capability ``arch`` at one problem shape, with no GPU: Triton's compiler
-    down to PTX, then its bundled ``ptxas -v`` for the resource use.
+    capability ``arch`` at one problem shape (``N`` output types), with no
+    GPU: Triton's compiler down to PTX, then its bundled ``ptxas -v`` for
+    the resource use.
 
     ``options``: ``eps``, ``outer``, ``inner``, ``proximal``, ``uniform``
     (default: the layer's solver). Returns, per kernel (``'forward'``,
@@ -510,16 +634,16 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
     except TypeError:
         ptxas = get_ptxas().path
     report = {}
-    for name, kernel, backward in (('forward', _forward_kernel, False),
-                                   ('backward', _backward_kernel, True)):
-        constants = dict(meta)
-        if 'WANT_PARTS' in kernel.arg_names:
+    for name, kernel, tile in (('forward', _forward_tile_kernel, FORWARD_TILE),
+                               ('backward', _backward_tile_kernel,
+                                BACKWARD_TILE)):
+        constants, num_warps = _tile_meta(meta, N, dtype, tile)
+        if name == 'backward':
             constants['WANT_PARTS'] = False
         # Compile-time constants, the two integer arguments, else pointers.
         signature = {a: pointer for a in kernel.arg_names}
         signature.update({a: 'i32' for a in ('N', 'M0') if a in signature})
         signature.update({a: 'constexpr' for a in constants})
-        num_warps = _num_warps(meta, X_p.element_size(), backward)
         compiled = triton.compile(
             ASTSource(fn=kernel, signature=signature, constexprs=constants),
             target=GPUTarget('cuda', arch,

@@ -16,8 +16,9 @@ import sys
 import pytest
 import torch
 
-#: (M, N, V_p, V_q, d): odd sizes (padded blocks, masks) and full blocks.
-SIZES = [(3, 2, 5, 3, 2), (2, 2, 8, 8, 4)]
+#: (M, N, V_p, V_q, d): odd sizes (padded blocks, masks), full blocks, and
+#: five types: a partial tile of types, several tiles in the backward.
+SIZES = [(3, 2, 5, 3, 2), (2, 2, 8, 8, 4), (2, 5, 8, 8, 4)]
 #: (eps, routing, regularizer, outer_iters, inner_iters); inner_iters = 1
 #: skips the kernel-domain iterations.
 OPTIONS = [(1e-3, 'hgw', 'proximal', 2, 3), (1e-1, 'hgw', 'entropic', 2, 3),
