@@ -44,12 +44,15 @@ def test_sweep_writes_curves(config, checkpoint, tmp_path):
     out, image = tmp_path / 'rot.json', tmp_path / 'rot.png'
     main([
         '--model', 'a', config, checkpoint, '--model', 'a', config, checkpoint,
-        '--sweep', 'rotation', '--values', '0', '45', '--out',
+        '--sweep', 'rotation', '--values', '0', '45', '--metric', 'mIoU',
+        'mDice', '--out',
         str(out), '--image',
         str(image)
     ])
     result = json.loads(out.read_text())
     assert result['sweep'] == 'rotation' and result['metric'] == 'mIoU'
+    assert set(result['others']) == {'mDice'}
+    assert set(result['others']['mDice']['a']) == {'0.0', '45.0'}
     curve = result['results']['a']
     assert set(curve) == {'0.0', '45.0'}
     for point in curve.values():

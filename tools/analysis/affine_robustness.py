@@ -11,7 +11,7 @@ metric per model and value as JSON and plots one curve per model::
         --sweep rotation --values 0 15 30 45 60 75 90 \\
         --out work_dirs/robustness/rotation.json \\
         [--image docs/images/robustness_rotation.png] \\
-        [--metric mIoU] [--cfg-options k=v ...]
+        [--metric mIoU [sep/AUC ...]] [--cfg-options k=v ...]
 
 Several ``--model`` entries of the same label (seeds of one variant) are
 averaged, with their standard deviation as the band of the curve.
@@ -68,22 +68,24 @@ def evaluate(config: str, checkpoint: str, warp: dict, options) -> dict:
         return runner.test()
 
 
-def sweep(models, name: str, values, metric: str, options) -> dict:
-    """``{label: {value: [metric per model of that label]}}``."""
+def sweep(models, name: str, values, metrics, options) -> dict:
+    """``{metric: {label: {value: [score per model of that label]}}}`` for
+    each name in ``metrics``."""
     key = SWEEPS[name]
-    results = {}
+    results = {metric: {} for metric in metrics}
     for label, config, checkpoint in models:
-        per_value = results.setdefault(label, {})
         for value in values:
             warp = dict(type='AffineWarp', **{key: value})
-            metrics = evaluate(config, checkpoint, warp, options)
-            if metric not in metrics:
-                raise KeyError(f'metric {metric!r} not among the test '
-                               f'metrics of {config}: {sorted(metrics)}')
-            per_value.setdefault(str(value), []).append(metrics[metric])
+            scores = evaluate(config, checkpoint, warp, options)
+            for metric in metrics:
+                if metric not in scores:
+                    raise KeyError(f'metric {metric!r} not among the test '
+                                   f'metrics of {config}: {sorted(scores)}')
+                results[metric].setdefault(label, {}).setdefault(
+                    str(value), []).append(scores[metric])
             print(
-                f'{label:10s} {name} {value}: {metric} '
-                f'{metrics[metric]:.2f}', flush=True)
+                f'{label:10s} {name} {value}: ' +
+                ', '.join(f'{m} {scores[m]:.2f}' for m in metrics), flush=True)
     return results
 
 
@@ -128,7 +130,11 @@ def parse_args(argv=None):
                         metavar=('LABEL', 'CONFIG', 'CHECKPOINT'))
     parser.add_argument('--sweep', choices=list(SWEEPS), default='rotation')
     parser.add_argument('--values', nargs='+', type=float, required=True)
-    parser.add_argument('--metric', default='mIoU')
+    parser.add_argument(
+        '--metric', nargs='+', default=['mIoU'],
+        help='test metrics to record; the first is '
+        'plotted and is the JSON\'s "results", the others '
+        'go to "others"')
     parser.add_argument('--out', required=True, help='JSON file to write')
     parser.add_argument('--image', help='PNG plot to write')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -146,13 +152,16 @@ def main(argv=None):
     import mmhgw  # noqa: F401  (registers AffineWarp and the models)
     results = sweep(args.model, args.sweep, args.values, args.metric,
                     args.cfg_options)
-    stats = summary(results)
+    first, *others = args.metric
+    stats = summary(results[first])
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w') as f:
-        json.dump(dict(sweep=args.sweep, metric=args.metric, results=stats), f,
-                  indent=2)
+        json.dump(
+            dict(sweep=args.sweep, metric=first, results=stats,
+                 others={m: summary(results[m])
+                         for m in others}), f, indent=2)
     if args.image:
-        plot(stats, args.sweep, args.metric, args.image)
+        plot(stats, args.sweep, first, args.image)
     print(f'written to {args.out}' +
           (f' and {args.image}' if args.image else ''))
 
