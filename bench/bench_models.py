@@ -5,9 +5,10 @@ Backbones (HGWCaps-R50/R101 vs ResNet-50/101, 224x224) and Mask R-CNN
 FLOPs with the HGW ops counted (:mod:`mmhgw.analysis.flops`), inference
 latency, training step time and training-step peak memory, for the capsule
 routing ``'hgw'``, the ``'uniform'`` routing (no optimal transport) and the
-plain convolution (stock). Every model is measured in a fresh process of its
-own, one after the other, and ratios are taken against the stock model of
-the same run.
+plain convolution (stock). The models are timed interleaved: ``--rounds``
+rounds, in each every model in turn in a fresh process of its own; times
+are medians over the rounds, ratios are taken against the stock model, and
+the range of each round's ratio is reported beside them.
 
 Peak memory: on a CPU, the growth of the resident set (RSS high-water mark)
 over one training step, from the resident size just before it, measured in
@@ -18,7 +19,8 @@ tensors (timing runs leave glibc's default, which allocates faster). On a
 GPU, ``torch.cuda.max_memory_allocated`` over the step.
 
     python bench/bench_models.py [--group backbones|mask-rcnn|all]
-        [--device cuda] [--repeats 3] [--batch 1] [--routings hgw,uniform]
+        [--device cuda] [--rounds 5] [--repeats 3] [--batch 1]
+        [--routings hgw,uniform]
         [--no-write] [--json FILE]
 """
 import argparse
@@ -27,6 +29,7 @@ import json
 import os
 import os.path as osp
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -224,20 +227,47 @@ def run_worker(name, device, repeats, measure, batch=1):
     return json.loads(lines[-1])
 
 
-def measure_model(name, device, repeats, batch=1):
-    result = run_worker(name, device, repeats, 'time', batch)
-    result.update(run_worker(name, device, repeats, 'memory', batch))
-    return result
+def measure_group(names, device, repeats, rounds, batch=1):
+    """Time ``names`` (each group's stock model first) interleaved: in each
+    of ``rounds`` rounds every model in turn, in a fresh process, so that
+    a slow phase of the machine affects all of them alike. Per model: the
+    median over rounds of its times, and the range over rounds of its
+    ratio to the stock model of the same round; then its memory."""
+    per_round = []
+    for r in range(rounds):
+        print(f'round {r + 1} of {rounds}', flush=True)
+        per_round.append([
+            run_worker(name, device, repeats, 'time', batch) for name in names
+        ])
+    groups = [r['group'] for r in per_round[0]]
+    results = []
+    for i, name in enumerate(names):
+        result = dict(per_round[0][i])
+        stock = groups.index(groups[i])  # the stock model of its group
+        for key in ('infer_s', 'train_s'):
+            times = [runs[i][key] for runs in per_round]
+            result[key] = statistics.median(times)
+            result[key + '_ratios'] = [
+                runs[i][key] / runs[stock][key] for runs in per_round
+            ]
+        result.update(run_worker(name, device, repeats, 'memory', batch))
+        results.append(result)
+    return results
 
 
 def ratio(value, base):
     return f'{value / base:.2f}x' if base else ''
 
 
+def ratio_range(ratios):
+    return f'{min(ratios):.2f}-{max(ratios):.2f}x' if len(ratios) > 1 else ''
+
+
 def table(results):
     header = [
         'model', 'params', 'FLOPs (all ops)', 'of which products',
-        'in HGWCaps', 'inference', 'train step', 'train peak mem'
+        'in HGWCaps', 'inference', 'train step', 'train peak mem',
+        'inference / train ratio over rounds'
     ]
     rows, base = [], None
     for r in results:
@@ -254,11 +284,14 @@ def table(results):
             f"({ratio(r['train_s'], base['train_s'])})",
             f"{r['peak_bytes'] / 2**20:.0f} MiB "
             f"({ratio(r['peak_bytes'], base['peak_bytes'])})",
+            (f"{ratio_range(r['infer_s_ratios'])} / "
+             f"{ratio_range(r['train_s_ratios'])}"
+             if r is not base and len(r['infer_s_ratios']) > 1 else ''),
         ])
     return markdown_table(header, rows)
 
 
-def section(group_name, results, repeats, batch, device):
+def section(group_name, results, repeats, rounds, batch, device):
     """``(key, title, body)`` of a group's report section."""
     device = torch.device(device).type
     sections = {
@@ -275,7 +308,10 @@ def section(group_name, results, repeats, batch, device):
     }
     key, title = sections[group_name]
     return (f'{key}-{device}', f'{title} ({device})',
-            table(results) + f'\n\nMedian of {repeats} runs; '
+            table(results) + f'\n\nTimes: the median over {rounds} '
+            f'interleaved rounds (every model in turn, each in a fresh '
+            f'process) of the median of {repeats} runs; ratios to the stock '
+            f'model, whose range over the rounds is the last column; '
             f'{images[group_name]}.')
 
 
@@ -284,7 +320,11 @@ def main():
     parser.add_argument('--group', default='all',
                         choices=sorted(GROUPS) + ['all'])
     parser.add_argument('--device', default='cpu')
-    parser.add_argument('--repeats', type=int, default=3)
+    parser.add_argument('--repeats', type=int, default=3,
+                        help='timed runs per model and round')
+    parser.add_argument(
+        '--rounds', type=int, default=5,
+        help='interleaved rounds: every model in turn, each round')
     parser.add_argument(
         '--batch', type=int, default=1,
         help='images per Mask R-CNN batch (backbones: '
@@ -301,6 +341,8 @@ def main():
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error('--repeats must be >= 1')
+    if args.rounds < 1:
+        parser.error('--rounds must be >= 1')
     if args.batch < 1:
         parser.error('--batch must be >= 1')
     routings = args.routings.split(',')
@@ -320,23 +362,24 @@ def main():
 
     groups = {}
     for group_name in (GROUPS if args.group == 'all' else [args.group]):
-        results = []
-        for name, (group, spec) in MODELS.items():
-            if group in GROUPS[group_name] and spec.get(
-                    'routing', routings[0]) in routings:
-                print(f'measuring {name} ...', flush=True)
-                batch = args.batch if group_name == 'mask-rcnn' else 1
-                results.append(
-                    measure_model(name, args.device, args.repeats, batch))
+        names = [
+            name for name, (group, spec) in MODELS.items()
+            if group in GROUPS[group_name]
+            and spec.get('routing', routings[0]) in routings
+        ]
+        batch = args.batch if group_name == 'mask-rcnn' else 1
+        print(f'measuring {", ".join(names)} ...', flush=True)
+        results = measure_group(names, args.device, args.repeats, args.rounds,
+                                batch)
         groups[group_name] = results
         key, title, body = section(group_name, results, args.repeats,
-                                   args.batch, args.device)
+                                   args.rounds, args.batch, args.device)
         print(body)
         if not args.no_write:
             write_section(key, title, body, device=args.device)
     if args.json:
         save_json(args.json, args.device, groups=groups, repeats=args.repeats,
-                  batch=args.batch)
+                  rounds=args.rounds, batch=args.batch)
 
 
 if __name__ == '__main__':
