@@ -259,8 +259,13 @@ def ratio(value, base):
     return f'{value / base:.2f}x' if base else ''
 
 
-def ratio_range(ratios):
-    return f'{min(ratios):.2f}-{max(ratios):.2f}x' if len(ratios) > 1 else ''
+def ratio_ranges(result):
+    """'inference / train' ranges of the ratios over rounds; '' for one
+    round (or a result from before rounds)."""
+    ratios = [result.get(k, []) for k in ('infer_s_ratios', 'train_s_ratios')]
+    if min(len(r) for r in ratios) < 2:
+        return ''
+    return ' / '.join(f'{min(r):.2f}-{max(r):.2f}x' for r in ratios)
 
 
 def table(results):
@@ -284,9 +289,7 @@ def table(results):
             f"({ratio(r['train_s'], base['train_s'])})",
             f"{r['peak_bytes'] / 2**20:.0f} MiB "
             f"({ratio(r['peak_bytes'], base['peak_bytes'])})",
-            (f"{ratio_range(r['infer_s_ratios'])} / "
-             f"{ratio_range(r['train_s_ratios'])}"
-             if r is not base and len(r['infer_s_ratios']) > 1 else ''),
+            ratio_ranges(r) if r is not base else '',
         ])
     return markdown_table(header, rows)
 

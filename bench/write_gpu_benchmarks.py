@@ -114,7 +114,8 @@ def mask_rcnn_section(report, doc):
     r = report['stages']['bench-mask-rcnn']['result']
     key, title, body = bench_models.section('mask-rcnn',
                                             r['groups']['mask-rcnn'],
-                                            r['repeats'], r['batch'], 'cuda')
+                                            r['repeats'], r.get('rounds', 1),
+                                            r['batch'], 'cuda')
     write_section(key, title, body, info=info(report, 'bench-mask-rcnn'),
                   doc=doc)
 

@@ -296,12 +296,35 @@ def _rows_finite(x):
 
 
 @_jit
-def _load_types(XQ, H2, COL, n0, N, wn, wj, ie, wmask, emask, VQ: tl.constexpr,
+def _load_location(XP, H1, ROW, BETA, m, ip, ie, rmask, emask,
+                   VP: tl.constexpr, D: tl.constexpr):
+    """Location ``m``'s ``Xp`` [BP, BD], ``h1`` [BP, BP], ``row`` [BP] and
+    ``beta``, and whether they are all finite; when not, zeroed.
+
+    Problems with a non-finite input get NaN plans (the reference's
+    poisoned_problems). Their inputs are zeroed for the solve: a tile's
+    products mix the columns of all its types, and 0 * NaN is NaN."""
+    Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :],
+                 mask=rmask[:, None] & emask[None, :], other=0.0)
+    h1 = tl.load(H1 + m * VP * VP + ip[:, None] * VP + ip[None, :],
+                 mask=rmask[:, None] & rmask[None, :], other=0.0)
+    row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
+    beta = tl.load(BETA)
+    good = (_finite(Xp) & _finite(h1) & _finite(row) & (beta - beta == 0.0))
+    return (tl.where(good, Xp, 0.0), tl.where(good, h1, 0.0),
+            tl.where(good, row, 0.0), tl.where(good, beta, 0.0), good)
+
+
+@_jit
+def _load_types(XQ, H2, COL, n0, wn, wj, ie, wmask, emask, good_location,
+                BN: tl.constexpr, BQ: tl.constexpr, VQ: tl.constexpr,
                 D: tl.constexpr):
     """A tile's subcapsules ``Xq`` [BN * BQ, BD], ``col`` [BN * BQ] and the
     block-diagonal ``H2T`` [BN * BQ, BN * BQ] with
     ``H2T[(n, k), (n, j)] = h2[n, j, k]`` (0 between different types), and
-    which columns belong to a type whose inputs are all finite."""
+    ``good`` [BN * BQ]: the columns of problems whose inputs are all finite
+    (with ``good_location``, the location's). The inputs of the other
+    types are zeroed, as in :func:`_load_location`."""
     Xq = tl.load(
         XQ + (n0 + wn)[:, None] * VQ * D + wj[:, None] * D + ie[None, :],
         mask=wmask[:, None] & emask[None, :], other=0.0)
@@ -312,7 +335,20 @@ def _load_types(XQ, H2, COL, n0, N, wn, wj, ie, wmask, emask, VQ: tl.constexpr,
         other=0.0)
     column_good = (_rows_finite(Xq) & _rows_finite(tl.trans(H2T)) &
                    (col - col == 0.0))
-    return Xq, col, H2T, column_good
+    good = ((_type_max(tl.where(column_good, 0, 1), BN, BQ) == 0)
+            & good_location)
+    return (tl.where(good[:, None], Xq, 0.0), tl.where(good, col, 0.0),
+            tl.where(good[None, :], H2T, 0.0), good)
+
+
+@_jit
+def _store_parts(PARTS, T, Xp, first, wn, wj, ie, wmask, emask,
+                 VQ: tl.constexpr, D: tl.constexpr, PRECISION: tl.constexpr):
+    """Parts ``V_q T^T X_p`` of a tile's types, problem ``first`` on."""
+    tl.store(
+        PARTS + (first + wn)[:, None] * VQ * D + wj[:, None] * D + ie[None, :],
+        VQ * tl.dot(tl.trans(T), Xp, input_precision=PRECISION),
+        mask=wmask[:, None] & emask[None, :])
 
 
 @_jit
@@ -339,28 +375,10 @@ def _forward_tile_kernel(
     emask = ie < D
     tmask = n0 + it < N
     wmask = (n0 + wn < N) & (wj < VQ)
-    Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :],
-                 mask=rmask[:, None] & emask[None, :], other=0.0)
-    h1 = tl.load(H1 + m * VP * VP + ip[:, None] * VP + ip[None, :],
-                 mask=rmask[:, None] & rmask[None, :], other=0.0)
-    row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
-    beta = tl.load(BETA)
-    Xq, col, H2T, column_good = _load_types(XQ, H2, COL, n0, N, wn, wj, ie,
-                                            wmask, emask, VQ, D)
-    # Problems with a non-finite input get NaN plans (the reference's
-    # poisoned_problems). Their inputs are zeroed for the solve: the tile's
-    # products mix the columns of all its types, and 0 * NaN is NaN.
-    good_location = (_finite(Xp) & _finite(h1) & _finite(row) &
-                     (beta - beta == 0.0))
-    good = ((_type_max(tl.where(column_good, 0, 1), BN, BQ) == 0)
-            & good_location)
-    Xp = tl.where(good_location, Xp, 0.0)
-    h1 = tl.where(good_location, h1, 0.0)
-    row = tl.where(good_location, row, 0.0)
-    beta = tl.where(good_location, beta, 0.0)
-    Xq = tl.where(good[:, None], Xq, 0.0)
-    col = tl.where(good, col, 0.0)
-    H2T = tl.where(good[None, :], H2T, 0.0)
+    Xp, h1, row, beta, good_location = _load_location(XP, H1, ROW, BETA, m, ip,
+                                                      ie, rmask, emask, VP, D)
+    Xq, col, H2T, good = _load_types(XQ, H2, COL, n0, wn, wj, ie, wmask, emask,
+                                     good_location, BN, BQ, VQ, D)
     sq, K, E = _cross_cost_tile(Xp, Xq, BN, BQ, D, FP32, PRECISION)
     T, A = _plan_tile(h1, H2T, row, col, K, beta, rmask, wmask, tmask, BP, BN,
                       BQ, OUTER, INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P,
@@ -372,11 +390,8 @@ def _forward_tile_kernel(
         tl.sum(((row[:, None] + col[None, :]) - C + beta * K) * T, axis=0), BN,
         BQ)
     tl.store(DIST + m * N + n0 + it, value, mask=tmask)
-    # Parts: V_q T^T X_p for every type of the tile.
-    parts = VQ * tl.dot(tl.trans(T), Xp, input_precision=PRECISION)
-    tl.store(
-        PARTS + (m * N + n0 + wn)[:, None] * VQ * D + wj[:, None] * D +
-        ie[None, :], parts, mask=wmask[:, None] & emask[None, :])
+    _store_parts(PARTS, T, Xp, m * N + n0, wn, wj, ie, wmask, emask, VQ, D,
+                 PRECISION)
 
 
 @_jit
@@ -410,18 +425,8 @@ def _backward_tile_kernel(
     emask = ie < D
     pe_mask = rmask[:, None] & emask[None, :]
     pp_mask = rmask[:, None] & rmask[None, :]
-    Xp = tl.load(XP + m * VP * D + ip[:, None] * D + ie[None, :], mask=pe_mask,
-                 other=0.0)
-    h1 = tl.load(H1 + m * VP * VP + ip[:, None] * VP + ip[None, :],
-                 mask=pp_mask, other=0.0)
-    row = tl.load(ROW + m * VP + ip, mask=rmask, other=0.0)
-    beta = tl.load(BETA)
-    good_location = (_finite(Xp) & _finite(h1) & _finite(row) &
-                     (beta - beta == 0.0))
-    Xp = tl.where(good_location, Xp, 0.0)
-    h1 = tl.where(good_location, h1, 0.0)
-    row = tl.where(good_location, row, 0.0)
-    beta = tl.where(good_location, beta, 0.0)
+    Xp, h1, row, beta, good_location = _load_location(XP, H1, ROW, BETA, m, ip,
+                                                      ie, rmask, emask, VP, D)
     dXp = Xp * 0.0
     dh1 = h1 * 0.0
     drow = row * 0.0
@@ -430,13 +435,8 @@ def _backward_tile_kernel(
         tmask = n0 + it < N
         wmask = (n0 + wn < N) & (wj < VQ)
         we_mask = wmask[:, None] & emask[None, :]
-        Xq, col, H2T, column_good = _load_types(XQ, H2, COL, n0, N, wn, wj, ie,
-                                                wmask, emask, VQ, D)
-        good = ((_type_max(tl.where(column_good, 0, 1), BN, BQ) == 0)
-                & good_location)
-        Xq = tl.where(good[:, None], Xq, 0.0)
-        col = tl.where(good, col, 0.0)
-        H2T = tl.where(good[None, :], H2T, 0.0)
+        Xq, col, H2T, good = _load_types(XQ, H2, COL, n0, wn, wj, ie, wmask,
+                                         emask, good_location, BN, BQ, VQ, D)
         sq, K, E = _cross_cost_tile(Xp, Xq, BN, BQ, D, FP32, PRECISION)
         T, A = _plan_tile(h1, H2T, row, col, K, beta, rmask, wmask, tmask, BP,
                           BN, BQ, OUTER, INNER, PROXIMAL, UNIFORM, EPS, P, Q,
@@ -445,11 +445,8 @@ def _backward_tile_kernel(
         T = tl.where(good[None, :], T, NAN)
         k = pid * N + n0  # first (location, type) pair of the partials
         if WANT_PARTS:
-            tl.store(
-                PARTS + (m * N + n0 + wn)[:, None] * VQ * D + wj[:, None] * D +
-                ie[None, :],
-                VQ * tl.dot(tl.trans(T), Xp, input_precision=PRECISION),
-                mask=we_mask)
+            _store_parts(PARTS, T, Xp, m * N + n0, wn, wj, ie, wmask, emask,
+                         VQ, D, PRECISION)
         gd = tl.load(GD + m * N + n0 + wn, mask=wmask, other=0.0)
         gp = tl.load(
             GP + (m * N + n0 + wn)[:, None] * VQ * D + wj[:, None] * D +
