@@ -151,6 +151,52 @@ def test_schedule_follows_iters(study):
     assert f'custom_hooks.{index}.warmup_iters=50' in opts
 
 
+def test_base_channels_narrow_the_stock_model_to_hgw_parameters(study):
+    """At a given width every variant but the narrowed stock model has
+    that width; the narrowed one the width whose parameter count is nearest
+    HGWCaps' (the shipped base-34 narrowing at base 64)."""
+
+    class Args:
+        family = 'crop128'
+        base_channels = 16
+        cfg_options = ['model.decode_head.channels=12']
+
+    narrow = study.model_options(Args, 'seg', 'narrow')
+    base = int(narrow[0].split('=')[1])
+    assert narrow[0] == f'model.backbone.base_channels={base}'
+    assert f'model.auxiliary_head.in_channels={2 * base}' in narrow
+    assert narrow[-1] == 'model.decode_head.channels=12'  # the user's last
+    uniform = study.model_options(Args, 'seg', 'uniform')
+    assert uniform[:2] == study.unet_width(16)[:2]
+    assert 'model.backbone.hgw_cfg.routing=uniform' in uniform
+
+    def params(variant, options):
+        return study.count_parameters(study.config_of(Args, 'seg', variant),
+                                      options)
+
+    target = params('hgw', study.model_options(Args, 'seg', 'hgw'))
+    gaps = {
+        b: abs(
+            params('narrow',
+                   study.unet_width(b) + Args.cfg_options) - target)
+        for b in (base - 1, base, base + 1)
+    }
+    assert min(gaps, key=gaps.get) == base
+    Args.base_channels, Args.cfg_options = 64, None
+    assert study.matched_width(Args, 'seg') == 34
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--base-channels', '0'], '--base-channels must be >= 1'),
+    (['--tasks', 'det', '--base-channels', '8'], "not to ['det']"),
+])
+def test_base_channels_is_checked(study, monkeypatch, capsys, argv, message):
+    monkeypatch.setattr(sys, 'argv', ['ablation_study.py', *argv])
+    with pytest.raises(SystemExit):
+        study.parse_args()
+    assert message in capsys.readouterr().err
+
+
 def test_results_of_other_settings_are_not_mixed_in(tmp_path):
     """A finished run made with other settings is refused, not reused."""
     data = tmp_path / 'data' / 'ISIC2018'

@@ -21,7 +21,8 @@ a bar chart with error bars.
         [--family demo|crop128] [--data-root DIR] [--iters N]
         [--work-dir work_dirs/ablations] [--data data/ablations]
         [--out docs/ablations.md] [--image docs/images/ablations.png]
-        [--title TITLE] [--cfg-options k=v ...] [--rerun]
+        [--title TITLE] [--base-channels C] [--cfg-options k=v ...]
+        [--rerun]
 
 Finished runs (``result.json`` in their work directory) are reused, so an
 interrupted study continues where it stopped; ``--rerun`` trains anew.
@@ -62,6 +63,23 @@ FAMILIES = {
                     hgw='configs/study/unet-hgwcaps-s5-d16_fcn_crop128.py'),
     },
 }
+
+
+def unet_width(base: int) -> list:
+    """``--cfg-options`` giving a UNet s5-d16 FCN config ``base`` channels
+    in its first stage, the heads alike (as the narrowed configs do)."""
+    return [
+        f'model.backbone.base_channels={base}',
+        f'model.decode_head.in_channels={base}',
+        f'model.decode_head.channels={base}',
+        f'model.auxiliary_head.in_channels={2 * base}',
+        f'model.auxiliary_head.channels={base}'
+    ]
+
+
+#: Task -> the options giving its models of every family a width
+#: (``--base-channels``); the segmentation models of every family are UNets.
+WIDTHS = {'seg': unet_width}
 
 _CAPS = 'model.backbone.hgw_cfg.'
 
@@ -207,13 +225,82 @@ def schedule_options(cfg, iters):
     return opts
 
 
+def parse_options(options):
+    """``key=value`` strings to the dict ``--cfg-options`` gives."""
+    from mmengine.config import DictAction
+    return {
+        key: DictAction._parse_iterable(value)
+        for key, value in (o.split('=', 1) for o in options)
+    }
+
+
+def merged_config(config, options):
+    """The config file ``config`` with ``--cfg-options`` ``options``."""
+    from mmengine.config import Config
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    cfg.merge_from_dict(parse_options(options))
+    return cfg
+
+
+def count_parameters(config, options):
+    """Parameters of the model of ``config`` with ``options``, built
+    offline."""
+    from mmhgw.config_utils import (build_config_model, load_offline_config,
+                                    merge_cfg_options)
+    cfg = load_offline_config(osp.join(ROOT, config))
+    merge_cfg_options(cfg, parse_options(options))
+    model = build_config_model(cfg, init=False)
+    return sum(p.numel() for p in model.parameters())
+
+
+def matched_width(args, task):
+    """The first-stage width of the narrowed stock model at
+    ``--base-channels``: the one whose parameter count is nearest the HGWCaps
+    model's at that width (the count grows with the width, so a bisection
+    finds it)."""
+    key = (args.family, task, args.base_channels)
+    if key not in _MATCHED:
+        width, extra = WIDTHS[task], list(args.cfg_options or [])
+        target = count_parameters(config_of(args, task, 'hgw'),
+                                  width(args.base_channels) + extra)
+        stock = config_of(args, task, 'stock')
+        low, high = 1, args.base_channels
+        while low < high:  # the smallest width with at least the target
+            mid = (low + high) // 2
+            if count_parameters(stock, width(mid) + extra) < target:
+                low = mid + 1
+            else:
+                high = mid
+        candidates = {low, max(1, low - 1)}
+        _MATCHED[key] = min(
+            candidates, key=lambda b: abs(
+                count_parameters(stock,
+                                 width(b) + extra) - target))
+    return _MATCHED[key]
+
+
+_MATCHED = {}
+
+
+def model_options(args, task, variant):
+    """The ``--cfg-options`` of a variant's model: its width under
+    ``--base-channels`` (the narrowed stock model's matched to HGWCaps'
+    parameter count), its setting (``VARIANTS``), then ``--cfg-options``."""
+    width = []
+    if args.base_channels is not None:
+        base = (matched_width(args, task)
+                if VARIANTS[variant][1] == 'narrow' else args.base_channels)
+        width = WIDTHS[task](base)
+    return width + VARIANTS[variant][2] + list(args.cfg_options or [])
+
+
 def train_and_test(task, variant, seed, args):
     """One run; its result dict (metrics, time per iteration)."""
     config = config_of(args, task, variant)
     work = osp.join(args.work_dir, task, variant, f'seed{seed}')
     result_file = osp.join(work, 'result.json')
     options = (data_options(task, data_root_of(args, task)) +
-               VARIANTS[variant][2] + list(args.cfg_options or []))
+               model_options(args, task, variant))
     if osp.exists(result_file) and not args.rerun:
         with open(result_file) as f:
             result = json.load(f)
@@ -227,20 +314,11 @@ def train_and_test(task, variant, seed, args):
         return result
     os.makedirs(work, exist_ok=True)
     start = time.perf_counter()
-    from mmengine.config import Config, DictAction
     requested = list(options)
-
-    def merged(opts):
-        cfg = Config.fromfile(osp.join(ROOT, config))
-        cfg.merge_from_dict({
-            key: DictAction._parse_iterable(value)
-            for key, value in (o.split('=', 1) for o in opts)
-        })
-        return cfg
-
     if args.iters:
-        options = schedule_options(merged(options), args.iters) + options
-    iters = int(merged(options).train_cfg.max_iters)
+        options = schedule_options(merged_config(config, options),
+                                   args.iters) + options
+    iters = int(merged_config(config, options).train_cfg.max_iters)
     print(f'{task} {variant:8s} seed {seed}: training {iters} iterations',
           flush=True)
     # One checkpoint at the end, no validation inside the training run:
@@ -289,13 +367,6 @@ def test_config(config, task: dict, work: str) -> str:
                 f'test_evaluator = [{{{{_base_.test_evaluator}}}}, '
                 f'*{extra!r}]\n')
     return path
-
-
-def count_parameters(args, task, variant):
-    from mmhgw.config_utils import build_config_model, load_offline_config
-    cfg = load_offline_config(osp.join(ROOT, config_of(args, task, variant)))
-    model = build_config_model(cfg, init=False)
-    return sum(p.numel() for p in model.parameters())
 
 
 def mean_std(values):
@@ -471,6 +542,14 @@ def report(args, tasks, results, params, duration):
         f'Runner\'s logged training time per iteration, the first left '
         f'out.\n'
     ]
+    if args.base_channels is not None:
+        narrowed = ''
+        if any(VARIANTS[v][1] == 'narrow' for v in args.variants):
+            narrowed = (f'; the narrowed stock model at '
+                        f'{matched_width(args, tasks[0])}, the width whose '
+                        f'parameter count is nearest HGWCaps\'')
+        parts.append(f'Models at {args.base_channels} channels in their '
+                     f'first stage (`--base-channels`){narrowed}.\n')
     if args.cfg_options:
         parts.append('Options for every run: `' + ' '.join(args.cfg_options) +
                      '`.\n')
@@ -510,6 +589,11 @@ def parse_args():
         'and checkpoint follow); default: the config\'s')
     parser.add_argument('--title', default='Ablation study',
                         help='heading of the report')
+    parser.add_argument(
+        '--base-channels', type=int,
+        help='first-stage width of every model (UNet: base_channels, heads '
+        'alike); the narrowed stock model gets the width that matches '
+        'HGWCaps\' parameter count at it. Default: each config\'s own')
     parser.add_argument('--cfg-options', nargs='+', default=None,
                         help='key=value options for every train / test run')
     parser.add_argument('--rerun', action='store_true',
@@ -522,6 +606,14 @@ def parse_args():
         if not osp.isdir(args.data_root):
             parser.error(f'--data-root {args.data_root} is not a directory')
         args.data_root = osp.abspath(args.data_root)
+    if args.base_channels is not None:
+        if args.base_channels < 1:
+            parser.error(f'--base-channels must be >= 1, got '
+                         f'{args.base_channels}')
+        others = sorted(set(args.tasks) - set(WIDTHS))
+        if others:
+            parser.error(f'--base-channels applies to the tasks '
+                         f'{sorted(WIDTHS)}; not to {others}')
     if args.iters is not None and args.iters < 1:
         parser.error(f'--iters must be >= 1, got {args.iters}')
     return args
@@ -540,7 +632,8 @@ def main():
             for v in args.variants
         }
         params[task] = {
-            v: count_parameters(args, task, v)
+            v: count_parameters(config_of(args, task, v),
+                                model_options(args, task, v))
             for v in args.variants
         }
     minutes = (time.perf_counter() - start) / 60
