@@ -23,7 +23,7 @@ def read_version():
 
 
 def cpu_extensions():
-    """The fused HGW routing op for the CPU (``mmhgw._ext``).
+    """The fused CPU kernels of the ops (``mmhgw._ext``).
 
     Optional: without torch at build time or without a C++ compiler the
     package installs without it, and the op falls back to its torch
@@ -48,7 +48,10 @@ def cpu_extensions():
                               f'back to its torch reference')
 
     ext = CppExtension(
-        'mmhgw._ext', ['mmhgw/ops/csrc/hgw_routing_cpu.cpp'],
+        'mmhgw._ext', [
+            'mmhgw/ops/csrc/pybind.cpp', 'mmhgw/ops/csrc/hgw_routing_cpu.cpp',
+            'mmhgw/ops/csrc/hgw_structures_cpu.cpp'
+        ],
         depends=['mmhgw/ops/csrc/hgw_routing_kernel.h'],
         # -march=native: the extension is built on the machine that runs
         # it (pip install -e .); its loops are written to auto-vectorise.

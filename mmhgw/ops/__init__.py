@@ -6,9 +6,12 @@ from .hgw_routing import (BACKENDS, OP_NAME, cpp_available, hgw_routing,
 from .hgw_routing_reference import (ROUTINGS, cross_cost,
                                     hgw_routing_reference, poisoned_problems,
                                     pose_map)
+from .hgw_structures import (component_structures,
+                             component_structures_reference)
 
 __all__ = [
-    'BACKENDS', 'OP_NAME', 'ROUTINGS', 'cpp_available', 'cross_cost',
+    'BACKENDS', 'OP_NAME', 'ROUTINGS', 'component_structures',
+    'component_structures_reference', 'cpp_available', 'cross_cost',
     'hgw_routing', 'hgw_routing_decomposition', 'hgw_routing_reference',
     'poisoned_problems', 'pose_map', 'resolve_backend', 'triton_available'
 ]

@@ -10,7 +10,8 @@ The one public face of the solver: ops and models import from here.
   their mixture (Eq. 21) and the regulariser's loss (Eq. reg).
 """
 from .gw_terms import (LOSSES, GWFactors, GWTerms, gw_apply, gw_factors,
-                       gw_tensor_product, gw_terms, hgw_value)
+                       gw_tensor_product, gw_terms, hgw_value, source_factors,
+                       target_factors)
 from .numerics import (DISTANCE_FLOOR, MIN_EPS, bound_distance, exp_floor,
                        floored_exp, logsumexp, power_of_two_scale, safe_log,
                        scaled_squared_distance)
@@ -19,7 +20,7 @@ from .solver import (CPU_CHUNK_ENTRIES, GRAD_MODES, REGULARIZERS, HGWResult,
                      check_solver_options, hgw_distance, plan_from_terms,
                      solve_plan, uniform_marginals, uniform_plan)
 from .structures import (count_structure, embedding_distance, kl_off_diagonal,
-                         mix_structure, presence, zipf_structure)
+                         mix_structure, presence, structure, zipf_structure)
 
 __all__ = [
     'CPU_CHUNK_ENTRIES', 'DISTANCE_FLOOR', 'GRAD_MODES', 'LOSSES', 'MIN_EPS',
@@ -29,5 +30,6 @@ __all__ = [
     'gw_terms', 'hgw_distance', 'hgw_value', 'kl_off_diagonal', 'logsumexp',
     'mix_structure', 'plan_from_terms', 'power_of_two_scale', 'presence',
     'round_to_polytope', 'safe_log', 'scaled_squared_distance', 'sinkhorn_log',
-    'solve_plan', 'uniform_marginals', 'uniform_plan', 'zipf_structure'
+    'solve_plan', 'source_factors', 'structure', 'target_factors',
+    'uniform_marginals', 'uniform_plan', 'zipf_structure'
 ]

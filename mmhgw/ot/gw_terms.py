@@ -6,7 +6,7 @@ matrices ``C_p`` [..., V_p, V_p] and ``C_q`` [..., V_q, V_q], a cross cost
 ``K`` [..., V_p, V_q], marginals ``p`` [..., V_p], ``q`` [..., V_q] and a plan
 ``T`` [..., V_p, V_q]. Leading dims broadcast against each other.
 """
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -46,6 +46,32 @@ class GWFactors(NamedTuple):
             self.h2.transpose(-1, -2))
 
 
+def source_factors(C_p: Tensor, p: Tensor,
+                   loss: str = 'kl') -> Tuple[Tensor, Tensor]:
+    """``row = f1(C_p) p`` [..., V_p] and ``h1 = h1(C_p)`` [..., V_p, V_p]:
+    the source side of :func:`gw_factors` (same arguments)."""
+    if loss == 'kl':
+        f1 = C_p * torch.log(C_p) - C_p
+    elif loss == 'square':
+        f1 = C_p * C_p
+    else:
+        raise ValueError(f'loss must be one of {LOSSES}, got {loss!r}')
+    return (f1 @ p.unsqueeze(-1)).squeeze(-1), C_p
+
+
+def target_factors(C_q: Tensor, q: Tensor,
+                   loss: str = 'kl') -> Tuple[Tensor, Tensor]:
+    """``col = f2(C_q) q`` [..., V_q] and ``h2 = h2(C_q)`` [..., V_q, V_q]:
+    the target side of :func:`gw_factors` (same arguments)."""
+    if loss == 'kl':
+        f2, h2 = C_q, torch.log(C_q)
+    elif loss == 'square':
+        f2, h2 = C_q * C_q, 2 * C_q
+    else:
+        raise ValueError(f'loss must be one of {LOSSES}, got {loss!r}')
+    return (f2 @ q.unsqueeze(-1)).squeeze(-1), h2
+
+
 def gw_factors(C_p: Tensor, C_q: Tensor, p: Tensor, q: Tensor,
                loss: str = 'kl') -> GWFactors:
     """:class:`GWFactors` of ``C_p`` [..., V_p, V_p], ``C_q`` [..., V_q, V_q]
@@ -59,19 +85,9 @@ def gw_factors(C_p: Tensor, C_q: Tensor, p: Tensor, q: Tensor,
     - ``'square'``: ``L(a, b) = (a - b)^2``;
       ``f1(a) = a^2``, ``f2(b) = b^2``, ``h1(a) = a``, ``h2(b) = 2 b``.
     """
-    if loss == 'kl':
-        f1 = C_p * torch.log(C_p) - C_p
-        f2 = C_q
-        h2 = torch.log(C_q)
-    elif loss == 'square':
-        f1 = C_p * C_p
-        f2 = C_q * C_q
-        h2 = 2 * C_q
-    else:
-        raise ValueError(f'loss must be one of {LOSSES}, got {loss!r}')
-    row = (f1 @ p.unsqueeze(-1)).squeeze(-1)
-    col = (f2 @ q.unsqueeze(-1)).squeeze(-1)
-    return GWFactors(row, col, C_p, h2)
+    row, h1 = source_factors(C_p, p, loss)
+    col, h2 = target_factors(C_q, q, loss)
+    return GWFactors(row, col, h1, h2)
 
 
 def gw_terms(C_p: Tensor, C_q: Tensor, p: Tensor, q: Tensor,

@@ -2,7 +2,7 @@
 bounded embedding distance ``K``, the observed structures ``C_obs``, their
 mixture ``C`` and the regulariser's KL loss. Pure torch.
 """
-from typing import Union
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -48,6 +48,23 @@ def mix_structure(C_obs: Tensor, C_emb: Tensor, beta: Union[float,
     ``beta`` in ``[0, 1]``.
     """
     return (1 - beta) * C_obs + beta * C_emb
+
+
+def structure(X: Tensor, beta: Union[float,
+                                     Tensor], obs: Optional[Tensor] = None,
+              use_observed: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(C, K, C_obs)`` of embeddings X [..., V, d], each [..., V, V]:
+    ``K = K(X, X)`` (:func:`embedding_distance`), ``C_obs`` the given
+    observed structure ``obs`` or else the co-activations of X
+    (:func:`zipf_structure`, Eq. 18), ``C = (1 - beta) C_obs + beta K``
+    (Eq. 21). Without observed structure (``use_observed=False``): ``C = K``
+    and ``C_obs`` all ones (an expanded view: the regulariser's target)."""
+    K = embedding_distance(X, X)
+    if not use_observed:
+        return K, K, K.new_ones(()).expand_as(K)
+    if obs is None:
+        obs = zipf_structure(X)
+    return mix_structure(obs, K, beta), K, obs
 
 
 def presence(capsules: Tensor, dim: int = -1) -> Tensor:

@@ -18,8 +18,9 @@ from mmhgw.registry import MODELS
 from .aux_loss import attach_aux_loss
 from .hgw_caps_args import (build_solver_cfg, check_checkpoint_beta,
                             check_layer_args, resolve_legacy)
-from .hgw_caps_structures import (RoutingInputs, Structures, layer_structures,
-                                  observed_input, regulariser)
+from .hgw_caps_structures import (RoutingInputs, Structures, layer_factors,
+                                  layer_structures, observed_input,
+                                  regulariser)
 from .precision import autocast_off, narrower_than_float32, restore_float32
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
@@ -221,9 +222,13 @@ class HGWCaps(BaseModule):
     ) -> Tuple[GWFactors, Optional[Tensor]]:
         """The factors and the regulariser E (None unless ``want_reg``) of
         the components X_p [B, L, V_p, d]."""
+        if not want_reg:
+            return layer_factors(X_p, self.subcapsules,
+                                 self.beta.to(X_p.dtype), obs_p,
+                                 self.use_observed, self.observed,
+                                 self.backend), None
         s = self._structures(X_p, obs_p)
-        reg = regulariser(s, self.reg_weight, X_reg) if want_reg else None
-        return s.factors(), reg
+        return s.factors(), regulariser(s, self.reg_weight, X_reg)
 
     def _cross_cost(self, X_p: Tensor) -> Tensor:
         """``K(X_p, X_q[n])`` [B, L, N, V_p, V_q] (for :meth:`route`; the

@@ -5,9 +5,10 @@ from typing import NamedTuple, Optional
 
 from torch import Tensor, nn
 
+from mmhgw.ops import component_structures
 from mmhgw.ot import (GWFactors, count_structure, embedding_distance,
-                      gw_factors, kl_off_diagonal, mix_structure,
-                      uniform_marginals, zipf_structure)
+                      gw_factors, kl_off_diagonal, structure, target_factors,
+                      uniform_marginals)
 
 
 class Structures(NamedTuple):
@@ -66,21 +67,32 @@ def layer_structures(X_p: Tensor, X_q: Tensor, beta: Tensor,
     (``use_observed=False``): ``C = K(X, X)`` and the targets are all ones
     (Eq. 18 with nothing observed).
     """
-    K_pp = embedding_distance(X_p, X_p)  # [B, L, Vp, Vp]
-    K_qq = embedding_distance(X_q, X_q)  # [N, Vq, Vq]
-    if not use_observed:
-        obs_p = K_pp.new_ones(()).expand_as(K_pp)
-        obs_q = K_qq.new_ones(()).expand_as(K_qq)
-        return Structures(K_pp, K_qq, beta, K_pp, obs_p, K_qq, obs_q)
-    obs_q = zipf_structure(X_q)
-    if obs_p is None:
-        if observed == 'counts':
-            raise ValueError("observed='counts' needs the input's observed "
-                             'structure (obs_p)')
-        obs_p = zipf_structure(X_p)
-    return Structures(mix_structure(obs_p, K_pp, beta),
-                      mix_structure(obs_q, K_qq, beta), beta, K_pp, obs_p,
-                      K_qq, obs_q)
+    _check_observed(obs_p, use_observed, observed)
+    C_p, K_pp, obs_p = structure(X_p, beta, obs_p, use_observed)
+    C_q, K_qq, obs_q = structure(X_q, beta, None, use_observed)
+    return Structures(C_p, C_q, beta, K_pp, obs_p, K_qq, obs_q)
+
+
+def layer_factors(X_p: Tensor, X_q: Tensor, beta: Tensor,
+                  obs_p: Optional[Tensor], use_observed: bool, observed: str,
+                  backend: str) -> GWFactors:
+    """``layer_structures(...).factors()`` (same arguments) without the
+    regulariser's terms, the components' side by
+    :func:`mmhgw.ops.component_structures` (its C++ kernel at inference
+    when ``backend``, the routing op's, runs the C++ kernels)."""
+    _check_observed(obs_p, use_observed, observed)
+    C_p, row = component_structures(X_p, beta, obs_p, use_observed, backend)
+    C_q = structure(X_q, beta, None, use_observed)[0]
+    q = C_q.new_full((C_q.shape[-1], ), 1.0 / C_q.shape[-1])
+    col, h2 = target_factors(C_q, q)
+    return GWFactors(row, col, C_p, h2)
+
+
+def _check_observed(obs_p: Optional[Tensor], use_observed: bool,
+                    observed: str):
+    if use_observed and observed == 'counts' and obs_p is None:
+        raise ValueError("observed='counts' needs the input's observed "
+                         'structure (obs_p)')
 
 
 def regulariser(s: Structures, reg_weight: float,

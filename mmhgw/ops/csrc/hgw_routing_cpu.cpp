@@ -68,12 +68,15 @@ mmhgw::Inputs<scalar_t> pointers(const torch::Tensor& X_p,
           row.data_ptr<scalar_t>(), col.data_ptr<scalar_t>()};
 }
 
-std::vector<torch::Tensor> forward(torch::Tensor X_p, torch::Tensor X_q,
-                                   torch::Tensor h1, torch::Tensor h2,
-                                   torch::Tensor row, torch::Tensor col,
-                                   torch::Tensor beta, double eps,
-                                   int64_t outer, int64_t inner, bool proximal,
-                                   bool uniform) {
+}  // namespace
+
+namespace mmhgw {
+namespace cpu {
+
+std::vector<torch::Tensor> hgw_routing_forward(
+    torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1, torch::Tensor h2,
+    torch::Tensor row, torch::Tensor col, torch::Tensor beta, double eps,
+    int64_t outer, int64_t inner, bool proximal, bool uniform) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   const auto M = X_p.size(0), N = X_q.size(0), Vq = X_q.size(1),
              d = X_p.size(2);
@@ -96,10 +99,12 @@ std::vector<torch::Tensor> forward(torch::Tensor X_p, torch::Tensor X_q,
   return {dist, parts};
 }
 
-torch::Tensor plans(torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1,
-                    torch::Tensor h2, torch::Tensor row, torch::Tensor col,
-                    double beta, double eps, int64_t outer, int64_t inner,
-                    bool proximal, bool uniform, bool round_plan) {
+torch::Tensor hgw_routing_plans(torch::Tensor X_p, torch::Tensor X_q,
+                                torch::Tensor h1, torch::Tensor h2,
+                                torch::Tensor row, torch::Tensor col,
+                                double beta, double eps, int64_t outer,
+                                int64_t inner, bool proximal, bool uniform,
+                                bool round_plan) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   const auto M = X_p.size(0), N = X_q.size(0), Vp = X_p.size(1),
              Vq = X_q.size(1), d = X_p.size(2);
@@ -119,7 +124,7 @@ torch::Tensor plans(torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1,
   return out;
 }
 
-std::vector<torch::Tensor> backward(
+std::vector<torch::Tensor> hgw_routing_backward(
     torch::Tensor grad_dist, torch::Tensor grad_parts, torch::Tensor X_p,
     torch::Tensor X_q, torch::Tensor h1, torch::Tensor h2, torch::Tensor row,
     torch::Tensor col, torch::Tensor beta, double eps, int64_t outer,
@@ -173,15 +178,5 @@ std::vector<torch::Tensor> backward(
           drow, dcol.sum(0), dbeta.sum(), parts};
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("hgw_routing_forward", &forward,
-        "Fused HGW routing: distance [M, N] and barycentric parts "
-        "[M, N, Vq, d]");
-  m.def("hgw_routing_plans", &plans,
-        "The plans [M, N, Vp, Vq] (rounded or not), for convergence studies");
-  m.def("hgw_routing_backward", &backward,
-        "Envelope gradient of the fused HGW routing (solves the plans "
-        "again); with want_parts, also the parts at those plans");
-}
+}  // namespace cpu
+}  // namespace mmhgw

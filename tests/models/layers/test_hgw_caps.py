@@ -207,6 +207,7 @@ def test_ablation_c_uses_no_observed_structure_anywhere(
     """Perturbing C_obs changes the full model's output, regulariser and
     gradients, and nothing of ablation C's."""
     from mmhgw.models.layers import hgw_caps_structures as hgw_caps
+    from mmhgw.ot import structures as ot_structures
     x = torch.randn(2, 16, 5, 4)
     weight = torch.randn(2, 8, 5, 4)
 
@@ -220,7 +221,7 @@ def test_ablation_c_uses_no_observed_structure_anywhere(
     before = {ab: run(ab) for ab in (None, 'C')}
     gen = torch.Generator().manual_seed(3)
     monkeypatch.setattr(
-        hgw_caps, 'zipf_structure', lambda parts: 0.5 + 0.5 * torch.rand(
+        ot_structures, 'zipf_structure', lambda parts: 0.5 + 0.5 * torch.rand(
             parts.shape[:-1] + parts.shape[-2:-1], generator=gen))
     monkeypatch.setattr(
         hgw_caps, 'count_structure', lambda x, *args: 0.1 + 0.9 * torch.rand(

@@ -1,0 +1,64 @@
+// The module mmhgw._ext: the CPU kernels of every op, with named arguments.
+#include <torch/extension.h>
+
+#include <vector>
+
+namespace mmhgw {
+namespace cpu {
+
+std::vector<torch::Tensor> hgw_routing_forward(
+    torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1, torch::Tensor h2,
+    torch::Tensor row, torch::Tensor col, torch::Tensor beta, double eps,
+    int64_t outer, int64_t inner, bool proximal, bool uniform);
+
+torch::Tensor hgw_routing_plans(torch::Tensor X_p, torch::Tensor X_q,
+                                torch::Tensor h1, torch::Tensor h2,
+                                torch::Tensor row, torch::Tensor col,
+                                double beta, double eps, int64_t outer,
+                                int64_t inner, bool proximal, bool uniform,
+                                bool round_plan);
+
+std::vector<torch::Tensor> hgw_routing_backward(
+    torch::Tensor grad_dist, torch::Tensor grad_parts, torch::Tensor X_p,
+    torch::Tensor X_q, torch::Tensor h1, torch::Tensor h2, torch::Tensor row,
+    torch::Tensor col, torch::Tensor beta, double eps, int64_t outer,
+    int64_t inner, bool proximal, bool uniform, bool want_parts);
+
+std::vector<torch::Tensor> hgw_structures_forward(
+    torch::Tensor X, torch::Tensor beta, c10::optional<torch::Tensor> obs,
+    bool use_observed, double floor);
+
+}  // namespace cpu
+}  // namespace mmhgw
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace mmhgw::cpu;
+  m.def("hgw_routing_forward", &hgw_routing_forward,
+        "Fused HGW routing: distance [M, N] and barycentric parts "
+        "[M, N, Vq, d]",
+        py::arg("X_p"), py::arg("X_q"), py::arg("h1"), py::arg("h2"),
+        py::arg("row"), py::arg("col"), py::arg("beta"), py::arg("eps"),
+        py::arg("outer"), py::arg("inner"), py::arg("proximal"),
+        py::arg("uniform"));
+  m.def("hgw_routing_plans", &hgw_routing_plans,
+        "The plans [M, N, Vp, Vq] (rounded or not), for convergence studies",
+        py::arg("X_p"), py::arg("X_q"), py::arg("h1"), py::arg("h2"),
+        py::arg("row"), py::arg("col"), py::arg("beta"), py::arg("eps"),
+        py::arg("outer"), py::arg("inner"), py::arg("proximal"),
+        py::arg("uniform"), py::arg("round_plan"));
+  m.def("hgw_routing_backward", &hgw_routing_backward,
+        "Envelope gradient of the fused HGW routing (solves the plans "
+        "again); with want_parts, also the parts at those plans",
+        py::arg("grad_dist"), py::arg("grad_parts"), py::arg("X_p"),
+        py::arg("X_q"), py::arg("h1"), py::arg("h2"), py::arg("row"),
+        py::arg("col"), py::arg("beta"), py::arg("eps"), py::arg("outer"),
+        py::arg("inner"), py::arg("proximal"), py::arg("uniform"),
+        py::arg("want_parts"));
+  m.def("hgw_structures_forward", &hgw_structures_forward,
+        "The components' mixed structure C [M, V, V] and KL row factor "
+        "[M, V] (no gradient)",
+        py::arg("X"), py::arg("beta"), py::arg("obs") = py::none(),
+        py::arg("use_observed"), py::arg("floor"));
+}
