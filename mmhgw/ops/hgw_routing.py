@@ -26,7 +26,6 @@ plan, hence NaN outputs and gradients
 (:func:`~mmhgw.ops.hgw_routing_reference.poisoned_problems`); the op
 is once differentiable (double backward raises an error naming it).
 """
-import math
 import os
 import warnings
 from typing import Optional, Tuple
@@ -76,13 +75,16 @@ def _kernel_args(options):
 
 
 class _CppKernels:
-    """The C++ kernels of ``mmhgw/ops/csrc/hgw_routing_cpu.cpp``."""
+    """The C++ kernels of ``mmhgw/ops/csrc/hgw_routing_cpu.cpp``; their
+    forward applies the pose map itself (:func:`_forward`)."""
+
+    fuses_pose_map = True
 
     @staticmethod
-    def forward(X_p, X_q, h1, h2, row, col, beta, options):
+    def forward(X_p, X_q, h1, h2, row, col, beta, options, pose_weight=None):
         return tuple(
             _ext.hgw_routing_forward(X_p, X_q, h1, h2, row, col, beta,
-                                     *_kernel_args(options)))
+                                     *_kernel_args(options), pose_weight))
 
     @staticmethod
     def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
@@ -156,11 +158,20 @@ def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor, row: Tensor,
     if X_p.numel() == 0:
         dist = X_p.new_zeros(0, N)
         parts = X_p.new_zeros(0, N, V_q, d)
+        out = parts if pose_weight is None else pose_map(parts, pose_weight)
     else:
         kernels = KERNELS[resolve_backend(backend, X_p.device)]
-        dist, parts = kernels.forward(
-            *_kernel_layout(X_p, X_q, h1, h2, row, col), beta, options)
-    out = parts if pose_weight is None else pose_map(parts, pose_weight)
+        flat = _kernel_layout(X_p, X_q, h1, h2, row, col)
+        if pose_weight is not None and getattr(kernels, 'fuses_pose_map',
+                                               False):
+            dist, out = kernels.forward(*flat, beta, options,
+                                        pose_weight.contiguous())
+        else:
+            dist, parts = kernels.forward(*flat, beta, options)
+            out = parts if pose_weight is None else pose_map(
+                parts, pose_weight)
+    # Location-major, whichever kernel ran (the fake kernel's layout).
+    out = out.contiguous()
     return dist.view(*lead, N), out.view(*lead, *out.shape[1:])
 
 
@@ -169,12 +180,8 @@ def _routing_fake(X_p, X_q, h1, h2, row, col, beta, pose_weight, eps,
                   outer_iters, inner_iters, regularizer, routing, backend):
     lead, d = X_p.shape[:-2], X_p.shape[-1]
     N, V_q, _ = X_q.shape
-    M = math.prod(lead)
-    parts = X_p.new_empty(M, N, V_q, d)
-    # The poses in the layout the einsum gives them.
-    out = parts if pose_weight is None else pose_map(parts, pose_weight)
-    return (X_p.new_empty(M, N).view(*lead,
-                                     N), out.view(*lead, *out.shape[1:]))
+    shape = (V_q, d) if pose_weight is None else (pose_weight.shape[-1], )
+    return (X_p.new_empty(*lead, N), X_p.new_empty(*lead, N, *shape))
 
 
 @torch.library.custom_op('mmhgw::hgw_routing_backward', mutates_args=())

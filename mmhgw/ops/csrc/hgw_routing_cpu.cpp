@@ -73,30 +73,48 @@ mmhgw::Inputs<scalar_t> pointers(const torch::Tensor& X_p,
 namespace mmhgw {
 namespace cpu {
 
+// With pose_weight [N, Vq d, O]: the poses [M, N, O] instead of the parts
+// (the pose map fused into the solve).
 std::vector<torch::Tensor> hgw_routing_forward(
     torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1, torch::Tensor h2,
     torch::Tensor row, torch::Tensor col, torch::Tensor beta, double eps,
-    int64_t outer, int64_t inner, bool proximal, bool uniform) {
+    int64_t outer, int64_t inner, bool proximal, bool uniform,
+    c10::optional<torch::Tensor> pose_weight) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   const auto M = X_p.size(0), N = X_q.size(0), Vq = X_q.size(1),
              d = X_p.size(2);
+  const bool fused = pose_weight.has_value();
+  if (fused)
+    TORCH_CHECK(pose_weight->is_contiguous() &&
+                    pose_weight->scalar_type() == X_p.scalar_type() &&
+                    pose_weight->dim() == 3 && pose_weight->size(0) == N &&
+                    pose_weight->size(1) == Vq * d,
+                "hgw_routing_cpu: pose_weight must be a contiguous "
+                "[N, Vq * d, O] tensor of the inputs' dtype");
   auto dist = torch::empty({M, N}, X_p.options());
-  auto parts = torch::empty({M, N, Vq, d}, X_p.options());
+  auto out = fused ? torch::empty({M, N, pose_weight->size(2)}, X_p.options())
+                   : torch::empty({M, N, Vq, d}, X_p.options());
   const auto o = make_options(X_p, X_q, beta_value(beta), eps, outer, inner,
                               proximal, uniform);
   AT_DISPATCH_FLOATING_TYPES(X_p.scalar_type(), "hgw_routing_forward", [&] {
     const auto in = pointers<scalar_t>(X_p, X_q, h1, h2, row, col);
     const auto types = mmhgw::prepare_types(in, o);
     scalar_t* dist_p = dist.data_ptr<scalar_t>();
-    scalar_t* parts_p = parts.data_ptr<scalar_t>();
+    scalar_t* out_p = out.data_ptr<scalar_t>();
+    const scalar_t* W = fused ? pose_weight->data_ptr<scalar_t>() : nullptr;
+    const int O = fused ? static_cast<int>(pose_weight->size(2)) : 0;
     mmhgw::dispatch_sizes(o.Vp, o.Vq, [&]<int VP, int VQ>() {
       at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
-        mmhgw::forward_range<scalar_t, VP, VQ>(in, o, types, begin, end, dist_p,
-                                               parts_p);
+        if (fused)
+          mmhgw::forward_pose_range<scalar_t, VP, VQ>(in, o, types, begin, end,
+                                                      W, O, dist_p, out_p);
+        else
+          mmhgw::forward_range<scalar_t, VP, VQ>(in, o, types, begin, end,
+                                                 dist_p, out_p);
       });
     });
   });
-  return {dist, parts};
+  return {dist, out};
 }
 
 torch::Tensor hgw_routing_plans(torch::Tensor X_p, torch::Tensor X_q,

@@ -1200,6 +1200,34 @@ void forward_range(const Inputs<scalar_t>& in, const Options& o,
       });
 }
 
+// Forward over locations [begin, end) with the pose map fused:
+// dist [M, N] and poses [M, N, O], pose = vec(parts) W[n] with W
+// [N, Vq d, O]. Each problem's parts stay in a workspace (one pass over
+// them while in cache, instead of writing [M, N, Vq, d] and reading it
+// back for a batched product).
+template <typename scalar_t, int VP, int VQ>
+void forward_pose_range(const Inputs<scalar_t>& in, const Options& o,
+                        const Types<scalar_t>& ty, int64_t begin, int64_t end,
+                        const scalar_t* W, int O, scalar_t* dist,
+                        scalar_t* poses) {
+  const int K = o.Vq * o.d;
+  std::vector<scalar_t> part(K);
+  solve_range<scalar_t, VP, VQ>(in, o, ty, begin, end,
+                                [&](auto& solver, int64_t m, int64_t n, int s) {
+                                  dist[m * o.N + n] = solver.value(s);
+                                  solver.parts(part.data(), s);
+                                  scalar_t* out = poses + (m * o.N + n) * O;
+                                  const scalar_t* w = W + n * K * O;
+                                  for (int q = 0; q < O; ++q) out[q] = 0;
+                                  for (int k = 0; k < K; ++k) {
+                                    const scalar_t pk = part[k];
+                                    const scalar_t* wk = w + k * O;
+                                    for (int q = 0; q < O; ++q)
+                                      out[q] += pk * wk[q];
+                                  }
+                                });
+}
+
 // Plans over locations [begin, end) into plans [M, N, Vp, Vq] (for
 // convergence studies; the op itself never writes them).
 template <typename scalar_t, int VP, int VQ>

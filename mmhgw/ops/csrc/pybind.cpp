@@ -9,7 +9,8 @@ namespace cpu {
 std::vector<torch::Tensor> hgw_routing_forward(
     torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1, torch::Tensor h2,
     torch::Tensor row, torch::Tensor col, torch::Tensor beta, double eps,
-    int64_t outer, int64_t inner, bool proximal, bool uniform);
+    int64_t outer, int64_t inner, bool proximal, bool uniform,
+    c10::optional<torch::Tensor> pose_weight);
 
 torch::Tensor hgw_routing_plans(torch::Tensor X_p, torch::Tensor X_q,
                                 torch::Tensor h1, torch::Tensor h2,
@@ -37,11 +38,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace mmhgw::cpu;
   m.def("hgw_routing_forward", &hgw_routing_forward,
         "Fused HGW routing: distance [M, N] and barycentric parts "
-        "[M, N, Vq, d]",
+        "[M, N, Vq, d], or with pose_weight [N, Vq * d, O] the poses "
+        "[M, N, O]",
         py::arg("X_p"), py::arg("X_q"), py::arg("h1"), py::arg("h2"),
         py::arg("row"), py::arg("col"), py::arg("beta"), py::arg("eps"),
         py::arg("outer"), py::arg("inner"), py::arg("proximal"),
-        py::arg("uniform"));
+        py::arg("uniform"), py::arg("pose_weight") = py::none());
   m.def("hgw_routing_plans", &hgw_routing_plans,
         "The plans [M, N, Vp, Vq] (rounded or not), for convergence studies",
         py::arg("X_p"), py::arg("X_q"), py::arg("h1"), py::arg("h2"),
