@@ -109,6 +109,8 @@ VARIANTS = {
                [_CAPS + 'temperature=0.5']),
     'eps01': ('solver eps 0.1 instead of 0.01 (softer plans)', 'hgw',
               [_CAPS + 'solver_cfg.eps=0.1']),
+    'meanpose': ('pose map of the components\' mean (the plan sets the '
+                 'activations only)', 'hgw', [_CAPS + 'pose_from=mean']),
     'unroll': ('gradient through the solver iterations, not the envelope',
                'hgw', [_CAPS + 'solver_cfg.grad=unroll']),
     'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [

@@ -31,6 +31,19 @@ _WARNED_UNSCALED = False
 
 
 @MODELS.register_module()
+POSE_SOURCES = ('plan', 'mean')
+
+
+def mean_pose(X_p: Tensor, pose_weight: Tensor) -> Tensor:
+    """Poses [B, L, N, O] of the pose map ``pose_weight`` [N, V_q d, O]
+    applied to parts that all equal the components' mean (X_p
+    [B, L, V_p, d]): the map summed over its parts, applied once."""
+    N, K, O = pose_weight.shape
+    d = X_p.shape[-1]
+    W = pose_weight.view(N, K // d, d, O).sum(1)
+    return torch.einsum('bld,ndo->blno', X_p.mean(-2), W)
+
+
 class HGWCaps(BaseModule):
     """Hybrid Gromov-Wasserstein capsules in place of a k x k convolution.
 
@@ -119,6 +132,10 @@ class HGWCaps(BaseModule):
             learned embeddings. The subcapsules' parts are learned, with no
             data to observe: their ``C_obs`` is their co-activation in both.
         temperature: of the activation; finite, > 0.
+        pose_from: the parts the pose map reads. ``'plan'``: the
+            barycentric parts under the transport plan; ``'mean'``: every
+            part the components' mean ``p^T X_p`` (the parts of uniform
+            routing), so that the plan sets the activations only.
         reg_scope: what E trains. ``'network'``: E's gradient flows
             through the components into the layer's input, hence into every
             layer before it. ``'layer'``: E sees the components of the
@@ -145,6 +162,7 @@ class HGWCaps(BaseModule):
                  beta: float = 0.5, reg_weight: float = 10.0,
                  routing: str = 'hgw', use_observed: bool = True,
                  observed: str = 'coactivation', temperature: float = 0.1,
+                 pose_from: str = 'plan',
                  reg_scope: str = 'network', backend: str = 'auto',
                  conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None, **legacy):
@@ -168,6 +186,10 @@ class HGWCaps(BaseModule):
         self.reg_weight = float(reg_weight)
         self.reg_scope = reg_scope
         self.temperature = float(temperature)
+        if pose_from not in POSE_SOURCES:
+            raise ValueError(f'pose_from must be one of {POSE_SOURCES}, got '
+                             f'{pose_from!r}')
+        self.pose_from = pose_from
         self.beta_final = float(beta)
         self.register_buffer('beta', torch.tensor(float(beta)))
         #: Factor of the optimiser wrapper on the loss, applied to E's
@@ -372,6 +394,8 @@ class HGWCaps(BaseModule):
                                      self.beta.to(X_p.dtype),
                                      pose_weight=self.pose_weight,
                                      **self.routing_options())
+        if self.pose_from == 'mean':
+            pose = mean_pose(X_p, self.pose_weight)
         return self._output(self._capsules(pose, dist), size), reg, dist
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
