@@ -225,7 +225,7 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
 
 @pytest.mark.parametrize('variant', [
     'uniform', 'ablA', 'ablB', 'ablC', 'counts', 'reg_layer', 'temp05',
-    'eps01', 'unroll'
+    'eps01', 'unroll', 'meanpose'
 ])
 def test_capsule_variants_name_real_layer_arguments(study, variant):
     # Each capsule variant's options, merged into the family's HGWCaps
@@ -258,7 +258,7 @@ def test_capsule_variants_name_real_layer_arguments(study, variant):
             })
     differs = [
         name for name in ('routing', 'reg_weight', 'use_observed', 'observed',
-                          'reg_scope', 'temperature')
+                          'reg_scope', 'temperature', 'pose_from')
         if getattr(layer, name) != getattr(shipped, name)
     ]
     differs += ['solver_cfg'] if layer.solver_cfg != shipped.solver_cfg \

@@ -31,9 +31,6 @@ _WARNED_UNSCALED = False
 
 
 @MODELS.register_module()
-POSE_SOURCES = ('plan', 'mean')
-
-
 def mean_pose(X_p: Tensor, pose_weight: Tensor) -> Tensor:
     """Poses [B, L, N, O] of the pose map ``pose_weight`` [N, V_q d, O]
     applied to parts that all equal the components' mean (X_p
@@ -162,9 +159,8 @@ class HGWCaps(BaseModule):
                  beta: float = 0.5, reg_weight: float = 10.0,
                  routing: str = 'hgw', use_observed: bool = True,
                  observed: str = 'coactivation', temperature: float = 0.1,
-                 pose_from: str = 'plan',
-                 reg_scope: str = 'network', backend: str = 'auto',
-                 conv_cfg: Optional[dict] = None,
+                 pose_from: str = 'plan', reg_scope: str = 'network',
+                 backend: str = 'auto', conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None, **legacy):
         super().__init__(init_cfg=init_cfg)
         solver_cfg, reg_weight, use_observed = resolve_legacy(
@@ -172,7 +168,7 @@ class HGWCaps(BaseModule):
         check_layer_args(in_channels, out_channels, groups, in_types,
                          out_types, num_parts, part_dim, beta, reg_weight,
                          routing, ROUTINGS, use_observed, observed,
-                         temperature, reg_scope, backend, BACKENDS)
+                         temperature, reg_scope, backend, BACKENDS, pose_from)
         # Fail at build time, not at the first forward.
         self.solver_cfg = build_solver_cfg(solver_cfg)
         self.use_observed = use_observed
@@ -186,9 +182,6 @@ class HGWCaps(BaseModule):
         self.reg_weight = float(reg_weight)
         self.reg_scope = reg_scope
         self.temperature = float(temperature)
-        if pose_from not in POSE_SOURCES:
-            raise ValueError(f'pose_from must be one of {POSE_SOURCES}, got '
-                             f'{pose_from!r}')
         self.pose_from = pose_from
         self.beta_final = float(beta)
         self.register_buffer('beta', torch.tensor(float(beta)))
@@ -212,12 +205,13 @@ class HGWCaps(BaseModule):
         self.last_stats = None
 
     def extra_repr(self) -> str:
-        return (f'{self.in_channels}, {self.out_channels}, '
-                f'types={self.in_types}->{self.out_types}, '
-                f'parts={self.num_parts}x{self.part_dim}, '
-                f'routing={self.routing}, observed={self.observed}, '
-                f'use_observed={self.use_observed}, '
-                f'regularizer={self.solver_cfg["regularizer"]}')
+        return (
+            f'{self.in_channels}, {self.out_channels}, '
+            f'types={self.in_types}->{self.out_types}, '
+            f'parts={self.num_parts}x{self.part_dim}, '
+            f'routing={self.routing}, observed={self.observed}, '
+            f'use_observed={self.use_observed}, pose_from={self.pose_from}, '
+            f'regularizer={self.solver_cfg["regularizer"]}')
 
     def _components(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
         """Components X_p [B, L, V_p, d] and the output grid (H', W')."""

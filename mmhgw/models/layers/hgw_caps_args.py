@@ -99,10 +99,14 @@ def build_solver_cfg(solver_cfg: dict) -> dict:
     return cfg
 
 
+#: What the pose map reads (``HGWCaps(pose_from=...)``).
+POSE_SOURCES = ('plan', 'mean')
+
+
 def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
                      num_parts, part_dim, beta, reg_weight, routing, routings,
                      use_observed, observed, temperature, reg_scope, backend,
-                     backends):
+                     backends, pose_from='plan'):
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):
@@ -121,7 +125,8 @@ def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
     for name, value, allowed in (('routing', routing, routings),
                                  ('reg_scope', reg_scope, REG_SCOPES),
                                  ('observed', observed,
-                                  OBSERVED), ('backend', backend, backends)):
+                                  OBSERVED), ('backend', backend, backends),
+                                 ('pose_from', pose_from, POSE_SOURCES)):
         if value not in allowed:
             raise ValueError(f'{name} must be one of {allowed}, '
                              f'got {value!r}')

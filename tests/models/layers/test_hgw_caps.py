@@ -455,3 +455,28 @@ def test_unrolled_gradients_are_finite_at_the_papers_eps(seed):
     caps(x).square().sum().backward()
     for name, p in caps.named_parameters():
         assert torch.isfinite(p.grad).all(), name
+
+
+def test_mean_pose_is_the_pose_of_uniform_routing():
+    """The pose map of the components' mean is what uniform routing's
+    barycentric parts give; with HGW routing it keeps the HGW distances
+    and activations and changes only the poses."""
+    x = torch.randn(2, 16, 5, 4)
+    with torch.no_grad():
+        uniform = small_caps(routing='uniform').eval()(x)
+        uniform_mean = small_caps(routing='uniform', pose_from='mean').eval()
+        torch.testing.assert_close(uniform_mean(x), uniform, rtol=1e-5,
+                                   atol=1e-6)
+        hgw = small_caps().eval()
+        hgw_mean = small_caps(pose_from='mean').eval()
+        out, _, dist = hgw.forward_terms(x)
+        out_mean, _, dist_mean = hgw_mean.forward_terms(x)
+    torch.testing.assert_close(dist_mean, dist)
+    assert not torch.allclose(out_mean, out)
+    # Training: the task reaches the pose map through the mean and the
+    # subcapsules through the distances.
+    hgw_mean.train()
+    hgw_mean(x).pow(2).sum().backward()
+    for name in ('pose_weight', 'subcapsules', 'embed.weight'):
+        grad = hgw_mean.get_parameter(name).grad
+        assert grad is not None and grad.abs().sum() > 0, name

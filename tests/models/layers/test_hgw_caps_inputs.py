@@ -32,6 +32,7 @@ def small_caps(**kwargs):
     ('reg_weight', float('nan')),
     ('reg_weight', float('inf')),
     ('beta', float('nan')),
+    ('pose_from', 'parts'),
 ])
 def test_bad_arguments_fail_at_build_naming_the_argument(name, value):
     with pytest.raises(ValueError, match=name):
