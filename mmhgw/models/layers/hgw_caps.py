@@ -30,7 +30,6 @@ SAFE_NORM_EPS = 1e-6
 _WARNED_UNSCALED = False
 
 
-@MODELS.register_module()
 def mean_pose(X_p: Tensor, pose_weight: Tensor) -> Tensor:
     """Poses [B, L, N, O] of the pose map ``pose_weight`` [N, V_q d, O]
     applied to parts that all equal the components' mean (X_p
@@ -41,6 +40,7 @@ def mean_pose(X_p: Tensor, pose_weight: Tensor) -> Tensor:
     return torch.einsum('bld,ndo->blno', X_p.mean(-2), W)
 
 
+@MODELS.register_module()
 class HGWCaps(BaseModule):
     """Hybrid Gromov-Wasserstein capsules in place of a k x k convolution.
 
