@@ -337,8 +337,13 @@ def _load_types(XQ, H2, COL, n0, wn, wj, ie, wmask, emask, good_location,
                    (col - col == 0.0))
     good = ((_type_max(tl.where(column_good, 0, 1), BN, BQ) == 0)
             & good_location)
-    return (tl.where(good[:, None], Xq, 0.0), tl.where(good, col, 0.0),
-            tl.where(good[None, :], H2T, 0.0), good)
+    # H2T is block-diagonal by type and good is per type, so masking its
+    # rows zeroes the same entries as masking its columns; one broadcast
+    # of good for both (Triton 3.7.1's layout pass miscompiles the second
+    # orientation in the float64 backward).
+    rows_good = good[:, None]
+    return (tl.where(rows_good, Xq, 0.0), tl.where(good, col, 0.0),
+            tl.where(rows_good, H2T, 0.0), good)
 
 
 @_jit
