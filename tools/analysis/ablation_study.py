@@ -111,6 +111,8 @@ VARIANTS = {
               [_CAPS + 'solver_cfg.eps=0.1']),
     'meanpose': ('pose map of the components\' mean (the plan sets the '
                  'activations only)', 'hgw', [_CAPS + 'pose_from=mean']),
+    'planpose': ('pose map of the plan\'s barycentric parts', 'hgw',
+                 [_CAPS + 'pose_from=plan']),
     'unroll': ('gradient through the solver iterations, not the envelope',
                'hgw', [_CAPS + 'solver_cfg.grad=unroll']),
     'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [

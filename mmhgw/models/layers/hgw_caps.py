@@ -65,11 +65,15 @@ class HGWCaps(BaseModule):
     4. Activation ``a_n = exp(-(d_n - min_m d_m) / temperature)`` in
        ``(0, 1]``: a soft version of the paper's routing to the minimal
        distance; the best-aligned type has activation 1.
-    5. Pose: the barycentric projection of the components onto the
-       subcapsule's parts through the plan, ``V_q T^T X_p`` [V_q, part_dim],
-       mapped to ``out_dim`` by a learned per-type linear map (inside the
-       fused op, so that the parts, larger than the output, are not kept
-       for backward) and rescaled to length ``a_n`` (safe norm).
+    5. Pose: a learned per-type linear map to ``out_dim`` of parts
+       [V_q, part_dim], rescaled to length ``a_n`` (safe norm). By default
+       (``pose_from='mean'``) every part is the components' mean
+       ``p^T X_p``, so the plan decides the activations and the pose does
+       not depend on it; with ``pose_from='plan'`` the parts are the
+       barycentric projection of the components onto the subcapsule's
+       parts through the plan, ``V_q T^T X_p`` (mapped inside the fused
+       op, so that the parts, larger than the output, are not kept for
+       backward).
     6. In training, the regulariser ``E = reg_weight * (L(K_pp, C_obs_p) +
        L(K_qq, C_obs_q))`` (Eq. reg; KL loss averaged over off-diagonal
        entries, see :func:`kl_off_diagonal`; ``C_obs`` as the fixed target)
@@ -129,10 +133,14 @@ class HGWCaps(BaseModule):
             learned embeddings. The subcapsules' parts are learned, with no
             data to observe: their ``C_obs`` is their co-activation in both.
         temperature: of the activation; finite, > 0.
-        pose_from: the parts the pose map reads. ``'plan'``: the
-            barycentric parts under the transport plan; ``'mean'``: every
-            part the components' mean ``p^T X_p`` (the parts of uniform
-            routing), so that the plan sets the activations only.
+        pose_from: the parts the pose map reads. ``'mean'`` (default):
+            every part the components' mean ``p^T X_p`` (the parts of
+            uniform routing), so that the plan sets the activations only;
+            ``'plan'``: the barycentric parts under the transport plan. The
+            paper derives activations and poses from the alignment without
+            saying how the pose is formed; on real data the plan's parts
+            cost accuracy that the mean's do not (docs/evidence.md), so the
+            plan's role is the activation.
         reg_scope: what E trains. ``'network'``: E's gradient flows
             through the components into the layer's input, hence into every
             layer before it. ``'layer'``: E sees the components of the
@@ -159,7 +167,7 @@ class HGWCaps(BaseModule):
                  beta: float = 0.5, reg_weight: float = 10.0,
                  routing: str = 'hgw', use_observed: bool = True,
                  observed: str = 'coactivation', temperature: float = 0.1,
-                 pose_from: str = 'plan', reg_scope: str = 'network',
+                 pose_from: str = 'mean', reg_scope: str = 'network',
                  backend: str = 'auto', conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None, **legacy):
         super().__init__(init_cfg=init_cfg)

@@ -106,7 +106,7 @@ POSE_SOURCES = ('plan', 'mean')
 def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
                      num_parts, part_dim, beta, reg_weight, routing, routings,
                      use_observed, observed, temperature, reg_scope, backend,
-                     backends, pose_from='plan'):
+                     backends, pose_from):
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):

@@ -462,12 +462,13 @@ def test_mean_pose_is_the_pose_of_uniform_routing():
     barycentric parts give; with HGW routing it keeps the HGW distances
     and activations and changes only the poses."""
     x = torch.randn(2, 16, 5, 4)
+    assert small_caps().pose_from == 'mean'
     with torch.no_grad():
-        uniform = small_caps(routing='uniform').eval()(x)
+        uniform = small_caps(routing='uniform', pose_from='plan').eval()(x)
         uniform_mean = small_caps(routing='uniform', pose_from='mean').eval()
         torch.testing.assert_close(uniform_mean(x), uniform, rtol=1e-5,
                                    atol=1e-6)
-        hgw = small_caps().eval()
+        hgw = small_caps(pose_from='plan').eval()
         hgw_mean = small_caps(pose_from='mean').eval()
         out, _, dist = hgw.forward_terms(x)
         out_mean, _, dist_mean = hgw_mean.forward_terms(x)
