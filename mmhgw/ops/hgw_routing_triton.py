@@ -342,8 +342,9 @@ def _load_types(XQ, H2, COL, n0, wn, wj, ie, wmask, emask, good_location,
     # of good for both (Triton 3.7.1's layout pass miscompiles the second
     # orientation in the float64 backward).
     rows_good = good[:, None]
-    return (tl.where(rows_good, Xq, 0.0), tl.where(good, col, 0.0),
-            tl.where(rows_good, H2T, 0.0), good)
+    Xq = tl.where(rows_good, Xq, 0.0)
+    H2T = tl.where(rows_good, H2T, 0.0)
+    return Xq, tl.where(good, col, 0.0), H2T, good
 
 
 @_jit
