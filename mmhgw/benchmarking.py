@@ -107,11 +107,29 @@ def markdown_table(header, rows):
     return '\n'.join(lines)
 
 
+#: Options that only say where a run's results go: left out of the command
+#: a report prints, which should reproduce the measurement anywhere.
+OUTPUT_OPTIONS = ('--json', )
+
+
+def reproducing_command(argv):
+    """``python`` and ``argv`` without :data:`OUTPUT_OPTIONS` and their
+    values (``--json FILE`` or ``--json=FILE``)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in OUTPUT_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(o + '=' for o in OUTPUT_OPTIONS)):
+            kept.append(arg)
+    return 'python ' + ' '.join(kept)
+
+
 def run_info(device='cpu'):
     """Where and how a measurement was taken: the command, the machine and
     the date, as the report sections print them."""
-    return dict(command='python ' + ' '.join(sys.argv),
-                machine=machine(device),
+    return dict(command=reproducing_command(sys.argv), machine=machine(device),
                 date=datetime.date.today().isoformat())
 
 
