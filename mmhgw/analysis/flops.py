@@ -148,24 +148,30 @@ def hgw_op_handles() -> Dict[str, Any]:
 
 class _Specification(nn.Module):
     """The routing op's composition in plain torch: the reference on all
-    locations at once, then the pose map."""
+    locations at once, then the pose map; or the distances alone."""
 
-    def __init__(self, options: dict, with_pose_map: bool):
+    def __init__(self, options: dict, with_pose_map: bool,
+                 distance_only: bool):
         super().__init__()
         self.options = options
         self.with_pose_map = with_pose_map
+        self.distance_only = distance_only
 
     def forward(self, *inputs):
         from mmhgw.ops import hgw_routing_reference, pose_map
         dist, parts = hgw_routing_reference(*inputs[:7], chunk_entries=None,
+                                            distance_only=self.distance_only,
                                             **self.options)
+        if self.distance_only:
+            return dist
         return dist, (pose_map(parts, inputs[7])
                       if self.with_pose_map else parts)
 
 
 @functools.lru_cache(maxsize=None)
 def _bilinear_counts(V_p: int, V_q: int, d: int, O: Optional[int],
-                     options: Tuple) -> Dict[str, Tuple[float, ...]]:
+                     options: Tuple,
+                     distance_only: bool) -> Dict[str, Tuple[float, ...]]:
     """Per operator kind, ``(c, c_M, c_N, c_MN)`` with the count of the
     specification on M locations and N types ``c + c_M M + c_N N +
     c_MN M N``: every operation of it is per problem, per location, per
@@ -182,8 +188,9 @@ def _bilinear_counts(V_p: int, V_q: int, d: int, O: Optional[int],
             torch.tensor(0.5),
             torch.ones(N, V_q * d, O or 1)
         ]
-        analyzer = FlopAnalyzer(_Specification(dict(options), O is not None),
-                                tuple(inputs))
+        analyzer = FlopAnalyzer(
+            _Specification(dict(options), O is not None, distance_only),
+            tuple(inputs))
         analyzer.set_op_handle(
             **{k: v
                for k, v in hgw_op_handles().items() if k != ROUTING_OP})
@@ -203,9 +210,10 @@ def _bilinear_counts(V_p: int, V_q: int, d: int, O: Optional[int],
 
 def hgw_routing_flops(inputs: List[Any], outputs: List[Any]) -> Counter:
     """FLOPs of one ``mmhgw::hgw_routing`` node, per operator kind: those
-    of :func:`mmhgw.ops.hgw_routing_reference` (and the pose map) at the
-    node's shapes and options, by this module's rules. The fused kernels
-    perform the same operations without the reference's temporaries."""
+    of :func:`mmhgw.ops.hgw_routing_reference` (and the pose map; neither
+    parts nor poses for a distance-only node) at the node's shapes and
+    options, by this module's rules. The fused kernels perform the same
+    operations without the reference's temporaries."""
     X_p, X_q = get_shape(inputs[0]), get_shape(inputs[1])
     pose = inputs[7]
     O = None if pose.type().kind() == 'NoneType' else get_shape(pose)[2]
@@ -213,8 +221,10 @@ def hgw_routing_flops(inputs: List[Any], outputs: List[Any]) -> Counter:
                                                for v in inputs[8:13])
     options = (('eps', eps), ('outer_iters', outer), ('inner_iters', inner),
                ('regularizer', regularizer), ('routing', routing))
+    distance_only = bool(inputs[14].toIValue())
     M, N = _numel(X_p[:-2]), X_q[0]
-    counts = _bilinear_counts(X_p[-2], X_q[1], X_p[-1], O, options)
+    counts = _bilinear_counts(X_p[-2], X_q[1], X_p[-1], O, options,
+                              distance_only)
     return Counter({
         kind: c + c_M * M + c_N * N + c_MN * M * N
         for kind, (c, c_M, c_N, c_MN) in counts.items()

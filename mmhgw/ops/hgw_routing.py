@@ -81,10 +81,12 @@ class _CppKernels:
     fuses_pose_map = True
 
     @staticmethod
-    def forward(X_p, X_q, h1, h2, row, col, beta, options, pose_weight=None):
+    def forward(X_p, X_q, h1, h2, row, col, beta, options, pose_weight=None,
+                distance_only=False):
         return tuple(
             _ext.hgw_routing_forward(X_p, X_q, h1, h2, row, col, beta,
-                                     *_kernel_args(options), pose_weight))
+                                     *_kernel_args(options), pose_weight,
+                                     distance_only))
 
     @staticmethod
     def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
@@ -100,10 +102,12 @@ class _TritonKernels:
     """The Triton kernels of :mod:`mmhgw.ops.hgw_routing_triton`."""
 
     @staticmethod
-    def forward(X_p, X_q, h1, h2, row, col, beta, options):
+    def forward(X_p, X_q, h1, h2, row, col, beta, options,
+                distance_only=False):
         from . import hgw_routing_triton
         return hgw_routing_triton.forward(X_p, X_q, h1, h2, row, col, beta,
-                                          *_kernel_args(options))
+                                          *_kernel_args(options),
+                                          distance_only)
 
     @staticmethod
     def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta,
@@ -140,6 +144,9 @@ def _options(eps, outer_iters, inner_iters, regularizer, routing):
 # differentiable. Inputs keep the caller's leading dims [...] of X_p (the
 # layer's components are a permuted view of its embedding; a flattened
 # copy would be one more layer-output-sized tensor kept for backward).
+# With distance_only the kernels form no parts: the second output is empty
+# ([..., N, 0]) and backward skips the parts' gradient, as it does whenever
+# the second output received no gradient.
 OP_NAME = 'mmhgw::hgw_routing'
 
 
@@ -147,11 +154,12 @@ OP_NAME = 'mmhgw::hgw_routing'
 def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor, row: Tensor,
                 col: Tensor, beta: Tensor, pose_weight: Optional[Tensor],
                 eps: float, outer_iters: int, inner_iters: int,
-                regularizer: str, routing: str,
-                backend: str) -> Tuple[Tensor, Tensor]:
-    """``(dist [..., N], parts [..., N, V_q, d] or poses [..., N, O])``;
-    inputs as :func:`hgw_routing` (one dtype, float32 or float64; ``beta``
-    a 0-dim tensor)."""
+                regularizer: str, routing: str, backend: str,
+                distance_only: bool) -> Tuple[Tensor, Tensor]:
+    """``(dist [..., N], parts [..., N, V_q, d] or poses [..., N, O])``,
+    or ``(dist, [..., N, 0])`` with ``distance_only``; inputs as
+    :func:`hgw_routing` (one dtype, float32 or float64; ``beta`` a 0-dim
+    tensor)."""
     lead, d = X_p.shape[:-2], X_p.shape[-1]
     N, V_q, _ = X_q.shape
     options = _options(eps, outer_iters, inner_iters, regularizer, routing)
@@ -159,11 +167,16 @@ def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor, row: Tensor,
         dist = X_p.new_zeros(0, N)
         parts = X_p.new_zeros(0, N, V_q, d)
         out = parts if pose_weight is None else pose_map(parts, pose_weight)
+        if distance_only:
+            out = X_p.new_zeros(0, N, 0)
     else:
         kernels = KERNELS[resolve_backend(backend, X_p.device)]
         flat = _kernel_layout(X_p, X_q, h1, h2, row, col)
-        if pose_weight is not None and getattr(kernels, 'fuses_pose_map',
-                                               False):
+        if distance_only:
+            dist, out = kernels.forward(*flat, beta, options,
+                                        distance_only=True)
+        elif pose_weight is not None and getattr(kernels, 'fuses_pose_map',
+                                                 False):
             dist, out = kernels.forward(*flat, beta, options,
                                         pose_weight.contiguous())
         else:
@@ -177,10 +190,14 @@ def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor, row: Tensor,
 
 @_routing_op.register_fake
 def _routing_fake(X_p, X_q, h1, h2, row, col, beta, pose_weight, eps,
-                  outer_iters, inner_iters, regularizer, routing, backend):
+                  outer_iters, inner_iters, regularizer, routing, backend,
+                  distance_only):
     lead, d = X_p.shape[:-2], X_p.shape[-1]
     N, V_q, _ = X_q.shape
-    shape = (V_q, d) if pose_weight is None else (pose_weight.shape[-1], )
+    if distance_only:
+        shape = (0, )
+    else:
+        shape = (V_q, d) if pose_weight is None else (pose_weight.shape[-1], )
     return (X_p.new_empty(*lead, N), X_p.new_empty(*lead, N, *shape))
 
 
@@ -193,8 +210,9 @@ def _routing_backward_op(
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The envelope gradient ``(dX_p, dX_q, dh1, dh2, drow, dcol, dbeta,
     parts)`` of :func:`_routing_op` for upstream gradients ``grad_dist``
-    [..., N] and ``grad_parts`` [..., N, V_q, d], each in its input's
-    shape; ``parts`` are those at the plans solved again (empty unless
+    [..., N] and ``grad_parts`` [..., N, V_q, d] (empty: the parts received
+    none, and their gradient is skipped), each in its input's shape;
+    ``parts`` are those at the plans solved again (empty unless
     ``want_parts``)."""
     inputs = (X_p, X_q, h1, h2, row, col, beta)
     N, V_q, d = X_q.shape
@@ -205,9 +223,10 @@ def _routing_backward_op(
         flat = _kernel_layout(X_p, X_q, h1, h2, row, col)
         M = flat[0].shape[0]
         kernels = KERNELS[resolve_backend(backend, X_p.device)]
+        if grad_parts.numel():
+            grad_parts = grad_parts.reshape(M, N, V_q, d).contiguous()
         grads, parts = kernels.backward(
-            grad_dist.reshape(M, N).contiguous(),
-            grad_parts.reshape(M, N, V_q, d).contiguous(), *flat, beta,
+            grad_dist.reshape(M, N).contiguous(), grad_parts, *flat, beta,
             _options(eps, outer_iters, inner_iters, regularizer, routing),
             want_parts)
         grads = [g.reshape(t.shape) for g, t in zip(grads, inputs)]
@@ -224,13 +243,15 @@ def _routing_backward_fake(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col,
                            routing, backend, want_parts):
     grads = tuple(
         torch.empty_like(t) for t in (X_p, X_q, h1, h2, row, col, beta))
-    parts = (torch.empty_like(grad_parts) if want_parts else X_p.new_empty(0))
+    N, V_q, d = X_q.shape
+    parts = (X_p.new_empty(*X_p.shape[:-2], N, V_q, d)
+             if want_parts else X_p.new_empty(0))
     return grads + (parts, )
 
 
 def hgw_routing_decomposition(X_p, X_q, h1, h2, row, col, beta, pose_weight,
                               eps, outer_iters, inner_iters, regularizer,
-                              routing, backend):
+                              routing, backend, distance_only):
     """``mmhgw::hgw_routing`` in standard ATen operations (same arguments
     and outputs): :func:`hgw_routing_reference` on all locations at once,
     then the pose map. For graph exports that cannot hold the custom op
@@ -238,30 +259,38 @@ def hgw_routing_decomposition(X_p, X_q, h1, h2, row, col, beta, pose_weight,
     materialises the plans, [..., N, V_p, V_q]."""
     lead, N = X_p.shape[:-2], X_q.shape[0]
     dist, parts = hgw_routing_reference(
-        *_kernel_layout(X_p, X_q, h1, h2, row, col), beta, eps=eps,
-        outer_iters=outer_iters, inner_iters=inner_iters,
-        regularizer=regularizer, routing=routing, chunk_entries=None)
-    out = parts if pose_weight is None else pose_map(parts, pose_weight)
+        *_kernel_layout(X_p, X_q, h1, h2, row,
+                        col), beta, eps=eps, outer_iters=outer_iters,
+        inner_iters=inner_iters, regularizer=regularizer, routing=routing,
+        chunk_entries=None, distance_only=distance_only)
+    if distance_only:
+        out = dist.new_zeros(*dist.shape, 0)
+    else:
+        out = parts if pose_weight is None else pose_map(parts, pose_weight)
     return dist.reshape(*lead, N), out.reshape(*lead, *out.shape[1:])
 
 
 def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(*inputs[:8])
-    ctx.options = inputs[8:]
+    ctx.options = inputs[8:14]
+    ctx.distance_only = inputs[14]
 
 
 def _backward(ctx, grad_dist, grad_out):
-    """Upstream gradients as the kernels read them (zeros for an output
-    that received none; through the pose map), the kernels' envelope
-    gradient, and the pose map's gradient from the parts at the plans
-    solved again (the forward kept none)."""
+    """Upstream gradients as the kernels read them (zeros for a distance
+    that received none; for parts or poses that received none, or were not
+    formed, an empty tensor, and the kernels skip their gradient; poses'
+    through the pose map), the kernels' envelope gradient, and the pose
+    map's gradient from the parts at the plans solved again (the forward
+    kept none)."""
     X_p, X_q, h1, h2, row, col, beta, pose_weight = ctx.saved_tensors
     lead = X_p.shape[:-2]
     N, V_q, d = X_q.shape
     if grad_dist is None:
         grad_dist = X_p.new_zeros(*lead, N)
-    if grad_out is None:
-        grad_parts = X_p.new_zeros(*lead, N, V_q, d)
+    if ctx.distance_only or grad_out is None:
+        grad_out = None
+        grad_parts = X_p.new_empty(0)
     elif pose_weight is None:
         grad_parts = grad_out
     else:
@@ -276,7 +305,7 @@ def _backward(ctx, grad_dist, grad_out):
     if want_parts:
         grad_pose_weight = torch.einsum('...nk,...no->nko', parts.flatten(-2),
                                         grad_out)
-    return (*grads, grad_pose_weight) + (None, ) * len(ctx.options)
+    return (*grads, grad_pose_weight) + (None, ) * (len(ctx.options) + 1)
 
 
 _routing_op.register_autograd(_backward, setup_context=_setup_context)
@@ -342,11 +371,11 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def hgw_routing(X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3,
-                outer_iters: int, inner_iters: int,
-                regularizer: str = 'proximal', routing: str = 'hgw',
-                backend: str = 'auto',
-                pose_weight: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+def hgw_routing(
+        X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3, outer_iters: int,
+        inner_iters: int, regularizer: str = 'proximal', routing: str = 'hgw',
+        backend: str = 'auto', pose_weight: Optional[Tensor] = None,
+        distance_only: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
     """HGW distances and barycentric parts of every (location, type) pair:
     ``hgw_routing(X_p, X_q, factors, beta, *, ...)``, or with the factors in
     the kernels' flat order ``hgw_routing(X_p, X_q, h1, h2, row, col, beta,
@@ -373,6 +402,9 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3,
             op then returns the poses (:func:`pose_map`) [..., N, O] instead
             of the parts, and keeps no parts for backward (it gets them from
             the plans it solves there).
+        distance_only: return the distances alone, ``(distance, None)``:
+            the kernels form neither parts nor poses, and backward has no
+            parts' gradient to run (``pose_weight`` is then ignored).
 
     Numerics: float32 and float64 run as given; 16-bit inputs are solved in
     float32 (a 16-bit log-kernel loses the plan at small eps) and the
@@ -385,7 +417,8 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3,
 
     Returns:
         ``(distance [..., N], parts [..., N, V_q, d])``, or
-        ``(distance, poses [..., N, O])`` with ``pose_weight``.
+        ``(distance, poses [..., N, O])`` with ``pose_weight``, or
+        ``(distance, None)`` with ``distance_only``.
     """
     factors, beta = factor_args(args)
     if backend not in BACKENDS:
@@ -402,10 +435,12 @@ def hgw_routing(X_p: Tensor, X_q: Tensor, *args, eps: float = 1e-3,
     inputs = tuple(
         t.to(dtype)
         for t in (X_p, X_q, factors.h1, factors.h2, factors.row, factors.col))
-    if pose_weight is not None:
+    if distance_only:
+        pose_weight = None
+    elif pose_weight is not None:
         pose_weight = pose_weight.to(dtype)
     dist, out = torch.ops.mmhgw.hgw_routing(*inputs, beta, pose_weight,
                                             float(eps), outer_iters,
                                             inner_iters, regularizer, routing,
-                                            backend)
-    return dist.to(out_dtype), out.to(out_dtype)
+                                            backend, bool(distance_only))
+    return dist.to(out_dtype), None if distance_only else out.to(out_dtype)

@@ -162,7 +162,8 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, *args, eps: float,
                           outer_iters: int, inner_iters: int,
                           regularizer: str = 'proximal', routing: str = 'hgw',
                           chunk_entries: Union[int, str, None] = 'auto',
-                          grad: str = 'envelope', return_plan: bool = False):
+                          grad: str = 'envelope', return_plan: bool = False,
+                          distance_only: bool = False):
     """The specification of the op in plain torch (flattened shapes):
     ``hgw_routing_reference(X_p, X_q, factors, beta, ...)``, or with the
     factors in the kernels' flat order ``(X_p, X_q, h1, h2, row, col, beta,
@@ -189,6 +190,7 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, *args, eps: float,
         chunk_entries: as :func:`mmhgw.ot.plan_from_terms` (None: one
             solve over all problems, e.g. for a graph export).
         return_plan: also return the plans.
+        distance_only: do not form the parts (None in their place).
 
     Returns:
         ``(distance [M, N], parts [M, N, V_q, d])``, and the plans
@@ -214,7 +216,8 @@ def hgw_routing_reference(X_p: Tensor, X_q: Tensor, *args, eps: float,
     distance = hgw_value(terms, K, T, beta) + _nan_where_poisoned(
         bad, X_p, X_q, factors, beta)
     # Columns of the plan sum to 1 / V_q, hence the factor V_q.
-    parts = V_q * torch.einsum('mnpq,mpd->mnqd', T, X_p)
+    parts = None if distance_only else V_q * torch.einsum(
+        'mnpq,mpd->mnqd', T, X_p)
     return (distance, parts, T) if return_plan else (distance, parts)
 
 
@@ -234,14 +237,18 @@ class TorchKernels:
     the kernels' order)."""
 
     @staticmethod
-    def forward(X_p, X_q, h1, h2, row, col, beta, options):
+    def forward(X_p, X_q, h1, h2, row, col, beta, options,
+                distance_only=False):
         N, V_q, d = X_q.shape
         dist = X_p.new_empty(X_p.shape[0], N)
-        parts = X_p.new_empty(X_p.shape[0], N, V_q, d)
+        parts = X_p.new_empty(X_p.shape[0], N,
+                              *((0, ) if distance_only else (V_q, d)))
         for s in _location_chunks(X_p.shape[0], N, X_p.shape[1], V_q):
-            dist[s], parts[s] = hgw_routing_reference(X_p[s], X_q, h1[s], h2,
-                                                      row[s], col, beta,
-                                                      **options)
+            dist[s], chunk_parts = hgw_routing_reference(
+                X_p[s], X_q, h1[s], h2, row[s], col, beta,
+                distance_only=distance_only, **options)
+            if not distance_only:
+                parts[s] = chunk_parts
         return dist, parts
 
     @staticmethod
@@ -253,13 +260,27 @@ class TorchKernels:
         N, V_q, _ = X_q.shape
         parts = (X_p.new_empty(X_p.shape[0], N, V_q, X_q.shape[2])
                  if want_parts else None)
+        # An empty grad_parts: no upstream gradient of the parts (the
+        # caller did not use them), so only the distance is differentiated.
+        distance_only = grad_parts.numel() == 0 and not want_parts
         for s in _location_chunks(X_p.shape[0], N, X_p.shape[1], V_q):
+
+            def outputs(*inputs):
+                dist, parts = hgw_routing_reference(
+                    *inputs, distance_only=distance_only, **options)
+                return (dist, ) if distance_only else (dist, parts)
+
             # torch.func, not torch.autograd: this runs inside the op's
             # backward kernel, below the autograd dispatch.
-            (_, chunk_parts), vjp = torch.func.vjp(
-                lambda *inputs: hgw_routing_reference(*inputs, **options),
-                X_p[s], X_q, h1[s], h2, row[s], col, beta)
-            chunk = vjp((grad_dist[s], grad_parts[s]))
+            out, vjp = torch.func.vjp(outputs, X_p[s], X_q, h1[s], h2, row[s],
+                                      col, beta)
+            if distance_only:
+                chunk = vjp((grad_dist[s], ))
+            else:
+                g_parts = (grad_parts[s]
+                           if grad_parts.numel() else torch.zeros_like(out[1]))
+                chunk = vjp((grad_dist[s], g_parts))
+                chunk_parts = out[1]
             if want_parts:
                 parts[s] = chunk_parts
             for i, g in enumerate(chunk):

@@ -359,16 +359,18 @@ def _store_parts(PARTS, T, Xp, first, wn, wj, ie, wmask, emask,
 
 @_jit
 def _forward_tile_kernel(
-        XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N, VP: tl.constexpr,
-        VQ: tl.constexpr, D: tl.constexpr, BP: tl.constexpr, BQ: tl.constexpr,
-        BD: tl.constexpr, BN: tl.constexpr, OUTER: tl.constexpr,
-        INNER: tl.constexpr, PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
-        EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
-        LOG_P: tl.constexpr, LOG_Q: tl.constexpr, LOG_T0: tl.constexpr,
-        UNIF: tl.constexpr, TINY: tl.constexpr, LO: tl.constexpr,
-        FP32: tl.constexpr, PRECISION: tl.constexpr):
+        XP, XQ, H1, H2, ROW, COL, BETA, DIST, PARTS, N,
+        WANT_PARTS: tl.constexpr, VP: tl.constexpr, VQ: tl.constexpr,
+        D: tl.constexpr, BP: tl.constexpr, BQ: tl.constexpr, BD: tl.constexpr,
+        BN: tl.constexpr, OUTER: tl.constexpr, INNER: tl.constexpr,
+        PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr, EPS: tl.constexpr,
+        P: tl.constexpr, Q: tl.constexpr, LOG_P: tl.constexpr,
+        LOG_Q: tl.constexpr, LOG_T0: tl.constexpr, UNIF: tl.constexpr,
+        TINY: tl.constexpr, LO: tl.constexpr, FP32: tl.constexpr,
+        PRECISION: tl.constexpr):
     """The forward of location ``program_id(0)`` for the types
-    ``BN * program_id(1) + [0, BN)``: distances and parts."""
+    ``BN * program_id(1) + [0, BN)``: distances, and with ``WANT_PARTS``
+    parts."""
     m = tl.program_id(0).to(tl.int64)
     n0 = tl.program_id(1).to(tl.int64) * BN
     ip = tl.arange(0, BP)
@@ -396,29 +398,31 @@ def _forward_tile_kernel(
         tl.sum(((row[:, None] + col[None, :]) - C + beta * K) * T, axis=0), BN,
         BQ)
     tl.store(DIST + m * N + n0 + it, value, mask=tmask)
-    _store_parts(PARTS, T, Xp, m * N + n0, wn, wj, ie, wmask, emask, VQ, D,
-                 PRECISION)
+    if WANT_PARTS:
+        _store_parts(PARTS, T, Xp, m * N + n0, wn, wj, ie, wmask, emask, VQ, D,
+                     PRECISION)
 
 
 @_jit
 def _backward_tile_kernel(
         GD, GP, XP, XQ, H1, H2, ROW, COL, BETA, DXP, DH1, DROW, DXQ, DH2, DCOL,
-        DBETA, PARTS, M0, N, WANT_PARTS: tl.constexpr, VP: tl.constexpr,
-        VQ: tl.constexpr, D: tl.constexpr, BP: tl.constexpr, BQ: tl.constexpr,
-        BD: tl.constexpr, BN: tl.constexpr, OUTER: tl.constexpr,
-        INNER: tl.constexpr, PROXIMAL: tl.constexpr, UNIFORM: tl.constexpr,
-        EPS: tl.constexpr, P: tl.constexpr, Q: tl.constexpr,
-        LOG_P: tl.constexpr, LOG_Q: tl.constexpr, LOG_T0: tl.constexpr,
-        UNIF: tl.constexpr, TINY: tl.constexpr, LO: tl.constexpr,
-        FP32: tl.constexpr, PRECISION: tl.constexpr):
+        DBETA, PARTS, M0, N, WANT_PARTS: tl.constexpr, WITH_GP: tl.constexpr,
+        VP: tl.constexpr, VQ: tl.constexpr, D: tl.constexpr, BP: tl.constexpr,
+        BQ: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
+        OUTER: tl.constexpr, INNER: tl.constexpr, PROXIMAL: tl.constexpr,
+        UNIFORM: tl.constexpr, EPS: tl.constexpr, P: tl.constexpr,
+        Q: tl.constexpr, LOG_P: tl.constexpr, LOG_Q: tl.constexpr,
+        LOG_T0: tl.constexpr, UNIF: tl.constexpr, TINY: tl.constexpr,
+        LO: tl.constexpr, FP32: tl.constexpr, PRECISION: tl.constexpr):
     """Envelope gradient of location ``M0 + pid``, its tiles of types in
     turn, the plans solved again; at the fixed plans:
     ``dX_p += V_q T gp + 2 (rowsum(G) X_p - G X_q)``,
     ``dh1 -= (gd T h2) T^T``, ``dh2_n = -gd_n T_n^T (h1 T_n)``,
     ``dX_q = -2 (G^T X_p - colsum(G) X_q)`` with
     ``G = gd beta T dK/dsq``, ``drow = gd T 1``, ``dcol = gd T^T 1``,
-    ``dbeta = gd <K, T>``. With ``WANT_PARTS`` the parts at the plans are
-    written to ``PARTS`` as the forward does."""
+    ``dbeta = gd <K, T>``. Without ``WITH_GP`` the parts received no
+    gradient (``gp = 0``, not read). With ``WANT_PARTS`` the parts at the
+    plans are written to ``PARTS`` as the forward does."""
     pid = tl.program_id(0).to(tl.int64)
     m = M0 + pid
     ip = tl.arange(0, BP)
@@ -454,11 +458,12 @@ def _backward_tile_kernel(
             _store_parts(PARTS, T, Xp, m * N + n0, wn, wj, ie, wmask, emask,
                          VQ, D, PRECISION)
         gd = tl.load(GD + m * N + n0 + wn, mask=wmask, other=0.0)
-        gp = tl.load(
-            GP + (m * N + n0 + wn)[:, None] * VQ * D + wj[:, None] * D +
-            ie[None, :], mask=we_mask, other=0.0)
+        if WITH_GP:
+            gp = tl.load(
+                GP + (m * N + n0 + wn)[:, None] * VQ * D + wj[:, None] * D +
+                ie[None, :], mask=we_mask, other=0.0)
+            dXp += VQ * tl.dot(T, gp, input_precision=PRECISION)
         gT = gd[None, :] * T
-        dXp += VQ * tl.dot(T, gp, input_precision=PRECISION)
         drow += tl.sum(gT, axis=1)
         # (gd T_n h2_n) T_n^T summed over the tile's types.
         B = tl.dot(gT, tl.trans(H2T), input_precision=PRECISION)
@@ -543,21 +548,23 @@ def _tile_meta(meta, N, dtype, tile):
 
 
 def forward(X_p, X_q, h1, h2, row, col, beta, eps, outer, inner, proximal,
-            uniform):
+            uniform, distance_only=False):
     """``(dist [M, N], parts [M, N, V_q, d])`` of the op (inputs
-    contiguous, one dtype, one device; ``beta`` a 0-dim tensor)."""
+    contiguous, one dtype, one device; ``beta`` a 0-dim tensor); with
+    ``distance_only`` no parts are formed (an empty [M, N, 0])."""
     M = X_p.shape[0]
     N, V_q, d = X_q.shape
     dist = X_p.new_empty(M, N)
-    parts = X_p.new_empty(M, N, V_q, d)
+    parts = X_p.new_empty(M, N, *((0, ) if distance_only else (V_q, d)))
     if M * N == 0:
         return dist, parts
     meta, num_warps = _tile_meta(
         _meta(X_p, X_q, eps, outer, inner, proximal, uniform), N, X_p.dtype,
         FORWARD_TILE)
     grid = (M, triton.cdiv(N, meta['BN']))
-    _forward_tile_kernel[grid](X_p, X_q, h1, h2, row, col, beta, dist, parts,
-                               N, num_warps=num_warps, **meta)
+    _forward_tile_kernel[grid](X_p, X_q, h1, h2, row, col, beta, dist,
+                               dist if distance_only else parts, N,
+                               not distance_only, num_warps=num_warps, **meta)
     return dist, parts
 
 
@@ -565,8 +572,9 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
              outer, inner, proximal, uniform, want_parts=False):
     """The envelope gradient ``(dX_p, dX_q, dh1, dh2, drow, dcol, dbeta)``
     for upstream gradients ``grad_dist`` [M, N] and ``grad_parts``
-    [M, N, V_q, d] (contiguous), and the parts [M, N, V_q, d] at the plans
-    solved again (None unless ``want_parts``)."""
+    [M, N, V_q, d] (contiguous; empty: none, and the parts' gradient is
+    skipped), and the parts [M, N, V_q, d] at the plans solved again (None
+    unless ``want_parts``)."""
     M, V_p, d = X_p.shape
     N, V_q, _ = X_q.shape
     dX_p, dh1, drow = (torch.empty_like(t) for t in (X_p, h1, row))
@@ -580,6 +588,7 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
     meta, num_warps = _tile_meta(
         _meta(X_p, X_q, eps, outer, inner, proximal, uniform), N, X_p.dtype,
         BACKWARD_TILE)
+    with_gp = grad_parts.numel() != 0
     per_pair = V_q * (d + V_q + 1) + 1
     chunk = max(1, min(M, BACKWARD_CHUNK_ENTRIES // (N * per_pair)))
     part_xq = X_p.new_empty(chunk, N, V_q, d)
@@ -589,10 +598,10 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
     for start in range(0, M, chunk):
         length = min(chunk, M - start)
         _backward_tile_kernel[(length, )](
-            grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, dX_p, dh1,
-            drow, part_xq, part_h2, part_col,
+            grad_dist, grad_parts if with_gp else grad_dist, X_p, X_q, h1, h2,
+            row, col, beta, dX_p, dh1, drow, part_xq, part_h2, part_col,
             part_beta, dX_p if parts is None else parts, start, N,
-            bool(want_parts), num_warps=num_warps, **meta)
+            bool(want_parts), with_gp, num_warps=num_warps, **meta)
         dX_q += part_xq[:length].sum(0)
         dh2 += part_h2[:length].sum(0)
         dcol += part_col[:length].sum(0)
@@ -642,7 +651,9 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
                                 BACKWARD_TILE)):
         constants, num_warps = _tile_meta(meta, N, dtype, tile)
         if name == 'backward':
-            constants['WANT_PARTS'] = False
+            constants.update(WANT_PARTS=False, WITH_GP=True)
+        else:
+            constants['WANT_PARTS'] = True
         # Compile-time constants, the two integer arguments, else pointers.
         signature = {a: pointer for a in kernel.arg_names}
         signature.update({a: 'i32' for a in ('N', 'M0') if a in signature})

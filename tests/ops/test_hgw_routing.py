@@ -437,15 +437,56 @@ def test_double_backward_raises_naming_the_op(backend, with_pose_map):
         grad.square().sum().backward()
 
 
-@pytest.mark.parametrize('pose_map', [False, True])
-def test_opcheck(pose_map):
+@pytest.mark.parametrize('pose_map,distance_only', [(False, False),
+                                                    (True, False),
+                                                    (True, True)])
+def test_opcheck(pose_map, distance_only):
     """torch.library's checks of the custom op: schema, fake kernel,
     autograd registration, and AOT dispatch (torch.compile's path)."""
     inputs = make_inputs(3, 2, 5, 4, 3, torch.float64)
     weight = (torch.randn(2, 12, 3, dtype=torch.float64, requires_grad=True)
               if pose_map else None)
-    args = (*inputs, weight, 1e-2, 2, 2, 'proximal', 'hgw', 'auto')
+    args = (*inputs, weight, 1e-2, 2, 2, 'proximal', 'hgw', 'auto',
+            distance_only)
     torch.library.opcheck(torch.ops.mmhgw.hgw_routing.default, args)
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('size', SIZES)
+@pytest.mark.parametrize('routing', ['hgw', 'uniform'])
+def test_distance_only_equals_the_reference_distances(backend, dtype, size,
+                                                      routing):
+    """``distance_only=True``: the reference's distances and their
+    gradients, no second output (a pose map passed along is ignored)."""
+    inputs = make_inputs(*size, dtype)
+    options = dict(eps=1e-2, outer_iters=3, inner_iters=4, routing=routing)
+    dist_ref, _ = hgw_routing_reference(*inputs, **options)
+    gd = torch.randn_like(dist_ref)
+    grads_ref = torch.autograd.grad(dist_ref, inputs, gd)
+    weight = torch.randn(size[1], size[3] * size[4], 3, dtype=dtype,
+                         requires_grad=True)
+    dist, out = hgw_routing(*inputs, backend=backend, distance_only=True,
+                            pose_weight=weight, **options)
+    assert out is None
+    assert relative(dist, dist_ref) < 1e-5
+    grads = torch.autograd.grad(dist, inputs + [weight], gd, allow_unused=True)
+    names = ['X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta']
+    for name, g, g_ref in zip(names, grads, grads_ref):
+        assert relative(g, g_ref) < 1e-4, name
+    assert grads[-1] is None
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+def test_distance_only_keeps_nothing_but_inputs(backend):
+    M, N, V_p, V_q, d = 40, 32, 16, 8, 8
+    inputs = make_inputs(M, N, V_p, V_q, d, torch.float32)
+    (dist, out), saved = saved_for_backward(
+        lambda: hgw_routing(*inputs, eps=1e-2, outer_iters=2, inner_iters=3,
+                            backend=backend, distance_only=True))
+    assert out is None and max(saved) == M * V_p * V_p
+    dist.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in inputs)
 
 
 @pytest.mark.parametrize('backend', ['torch', 'auto'])

@@ -77,6 +77,14 @@ def run_cases():
     grads = torch.autograd.grad(out.sum(), inputs)
     errors = [relative(a, b) for a, b in zip((out, *grads), (ref, *grads_ref))]
     results['dist-only-chunked'] = dict(zip(NAMES[:1] + NAMES[2:], errors))
+    # distance_only: the forward forms no parts, the backward reads no
+    # parts' gradient.
+    out, none = hgw_routing(*inputs, backend='triton', distance_only=True,
+                            **options)
+    grads = torch.autograd.grad(out.sum(), inputs)
+    errors = [relative(a, b) for a, b in zip((out, *grads), (ref, *grads_ref))]
+    results['distance-only'] = dict(zip(NAMES[:1] + NAMES[2:], errors),
+                                    parts=float(none is not None))
     # With a pose map: the parts recomputed in backward give its gradient.
     inputs = make_inputs(3, 3, 8, 8, 4, torch.float64)
     weight = torch.randn(3, 32, 5, generator=gen,
@@ -173,8 +181,9 @@ def interpreted():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize('case',
-                         case_ids() + ['dist-only-chunked', 'pose-map'])
+@pytest.mark.parametrize(
+    'case',
+    case_ids() + ['dist-only-chunked', 'distance-only', 'pose-map'])
 def test_triton_equals_reference(interpreted, case):
     errors = interpreted[case]
     for name, error in errors.items():

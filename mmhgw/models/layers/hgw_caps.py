@@ -391,10 +391,11 @@ class HGWCaps(BaseModule):
             else:
                 factors, reg = self._routing_terms(*terms)
             # Envelope gradients from the fused op: neither plans nor parts
-            # are stored.
+            # are stored. The mean pose needs the distances alone.
             dist, pose = hgw_routing(X_p, self.subcapsules, factors,
                                      self.beta.to(X_p.dtype),
                                      pose_weight=self.pose_weight,
+                                     distance_only=self.pose_from == 'mean',
                                      **self.routing_options())
         if self.pose_from == 'mean':
             pose = mean_pose(X_p, self.pose_weight)

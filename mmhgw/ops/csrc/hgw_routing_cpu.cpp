@@ -74,16 +74,17 @@ namespace mmhgw {
 namespace cpu {
 
 // With pose_weight [N, Vq d, O]: the poses [M, N, O] instead of the parts
-// (the pose map fused into the solve).
+// (the pose map fused into the solve). With distance_only: neither (an
+// empty [M, N, 0]), the distances alone.
 std::vector<torch::Tensor> hgw_routing_forward(
     torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1, torch::Tensor h2,
     torch::Tensor row, torch::Tensor col, torch::Tensor beta, double eps,
     int64_t outer, int64_t inner, bool proximal, bool uniform,
-    c10::optional<torch::Tensor> pose_weight) {
+    c10::optional<torch::Tensor> pose_weight, bool distance_only) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   const auto M = X_p.size(0), N = X_q.size(0), Vq = X_q.size(1),
              d = X_p.size(2);
-  const bool fused = pose_weight.has_value();
+  const bool fused = pose_weight.has_value() && !distance_only;
   if (fused)
     TORCH_CHECK(pose_weight->is_contiguous() &&
                     pose_weight->scalar_type() == X_p.scalar_type() &&
@@ -92,15 +93,16 @@ std::vector<torch::Tensor> hgw_routing_forward(
                 "hgw_routing_cpu: pose_weight must be a contiguous "
                 "[N, Vq * d, O] tensor of the inputs' dtype");
   auto dist = torch::empty({M, N}, X_p.options());
-  auto out = fused ? torch::empty({M, N, pose_weight->size(2)}, X_p.options())
-                   : torch::empty({M, N, Vq, d}, X_p.options());
+  auto out = distance_only ? torch::empty({M, N, 0}, X_p.options())
+             : fused ? torch::empty({M, N, pose_weight->size(2)}, X_p.options())
+                     : torch::empty({M, N, Vq, d}, X_p.options());
   const auto o = make_options(X_p, X_q, beta_value(beta), eps, outer, inner,
                               proximal, uniform);
   AT_DISPATCH_FLOATING_TYPES(X_p.scalar_type(), "hgw_routing_forward", [&] {
     const auto in = pointers<scalar_t>(X_p, X_q, h1, h2, row, col);
     const auto types = mmhgw::prepare_types(in, o);
     scalar_t* dist_p = dist.data_ptr<scalar_t>();
-    scalar_t* out_p = out.data_ptr<scalar_t>();
+    scalar_t* out_p = distance_only ? nullptr : out.data_ptr<scalar_t>();
     const scalar_t* W = fused ? pose_weight->data_ptr<scalar_t>() : nullptr;
     const int O = fused ? static_cast<int>(pose_weight->size(2)) : 0;
     mmhgw::dispatch_sizes(o.Vp, o.Vq, [&]<int VP, int VQ>() {
@@ -155,6 +157,12 @@ std::vector<torch::Tensor> hgw_routing_backward(
               "inputs' dtype");
   const auto M = X_p.size(0), N = X_q.size(0), Vq = X_q.size(1),
              d = X_p.size(2);
+  // An empty grad_parts: the parts received no gradient; theirs is skipped.
+  const bool with_parts_grad = grad_parts.numel() != 0;
+  TORCH_CHECK(grad_dist.numel() == M * N &&
+                  (!with_parts_grad || grad_parts.numel() == M * N * Vq * d),
+              "hgw_routing_cpu: grad_dist must have M * N entries and "
+              "grad_parts M * N * Vq * d (or none)");
   auto dX_p = torch::zeros_like(X_p), dh1 = torch::zeros_like(h1);
   auto drow = torch::zeros_like(row);
   // Gradients of the inputs shared by all locations (X_q, h2, col, beta):
@@ -173,7 +181,8 @@ std::vector<torch::Tensor> hgw_routing_backward(
     const auto in = pointers<scalar_t>(X_p, X_q, h1, h2, row, col);
     const auto types = mmhgw::prepare_types(in, o);
     const scalar_t* gd = grad_dist.data_ptr<scalar_t>();
-    const scalar_t* gp = grad_parts.data_ptr<scalar_t>();
+    const scalar_t* gp =
+        with_parts_grad ? grad_parts.data_ptr<scalar_t>() : nullptr;
     scalar_t* dXp = dX_p.data_ptr<scalar_t>();
     scalar_t* dh1p = dh1.data_ptr<scalar_t>();
     scalar_t* drowp = drow.data_ptr<scalar_t>();

@@ -506,14 +506,16 @@ void backward_v8(const float* __restrict__ T_in, const float* __restrict__ A_in,
   v8f T[VP], XP[VP], GP[8], XQ[8];
   std::memcpy(T, T_in, sizeof(T));
   std::memcpy(XP, xp, sizeof(XP));
-  std::memcpy(GP, gp, sizeof(GP));
-  // Parts: d(V_q T^T X_p)/dX_p = V_q T gp.
-  for (int i = 0; i < VP; ++i) {
-    v8f acc;
-    std::memcpy(&acc, dXp + 8 * i, sizeof(acc));
-    const v8f t = 8.0f * T[i];
-    for (int j = 0; j < 8; ++j) acc += t[j] * GP[j];
-    std::memcpy(dXp + 8 * i, &acc, sizeof(acc));
+  // Parts: d(V_q T^T X_p)/dX_p = V_q T gp (none when gp is null).
+  if (gp) {
+    std::memcpy(GP, gp, sizeof(GP));
+    for (int i = 0; i < VP; ++i) {
+      v8f acc;
+      std::memcpy(&acc, dXp + 8 * i, sizeof(acc));
+      const v8f t = 8.0f * T[i];
+      for (int j = 0; j < 8; ++j) acc += t[j] * GP[j];
+      std::memcpy(dXp + 8 * i, &acc, sizeof(acc));
+    }
   }
   if (gd == 0) return;
   v8f A[VP], K[VP], SQ[VP], H2[8];
@@ -781,7 +783,8 @@ class Solver {
   }
 
   // Envelope gradient at the plan of a slot, for upstream gradients gd (of
-  // the value) and gp [Vq, d] (of the parts). Per-location outputs dXp,
+  // the value) and gp [Vq, d] (of the parts; null: none). Per-location
+  // outputs dXp,
   // dh1, drow are accumulated; shared ones (dXq, dh2, dcol [this type's
   // slices], dbeta) too. Requires value(slot) to have run (A = h1 T).
   void backward(scalar_t gd, const scalar_t* __restrict__ gp,
@@ -820,11 +823,12 @@ class Solver {
     const scalar_t* __restrict__ xq_ = this->xq_[slot];
     const scalar_t* __restrict__ h2_ = this->h2_[slot];
     // Parts: d(V_q T^T X_p)/dX_p = V_q T gp.
-    for (int i = 0; i < Vp; ++i)
-      for (int j = 0; j < Vq; ++j) {
-        const scalar_t t = T[i * Vq + j] * Vq;
-        for (int e = 0; e < d; ++e) dXp[i * d + e] += t * gp[j * d + e];
-      }
+    if (gp)
+      for (int i = 0; i < Vp; ++i)
+        for (int j = 0; j < Vq; ++j) {
+          const scalar_t t = T[i * Vq + j] * Vq;
+          for (int e = 0; e < d; ++e) dXp[i * d + e] += t * gp[j * d + e];
+        }
     if (gd == 0) return;
     // Value at the fixed plan: d/drow_i = (T 1)_i, d/dcol_j = (T^T 1)_j,
     // d/dK = beta T, d/dbeta = <K, T>, d/dh1 = -T h2 T^T,
@@ -1187,7 +1191,8 @@ void solve_range(const Inputs<scalar_t>& in, const Options& o,
   }
 }
 
-// Forward over locations [begin, end): dist [M, N], parts [M, N, Vq, d].
+// Forward over locations [begin, end): dist [M, N], parts [M, N, Vq, d]
+// (none when parts is null).
 template <typename scalar_t, int VP, int VQ>
 void forward_range(const Inputs<scalar_t>& in, const Options& o,
                    const Types<scalar_t>& ty, int64_t begin, int64_t end,
@@ -1196,7 +1201,7 @@ void forward_range(const Inputs<scalar_t>& in, const Options& o,
   solve_range<scalar_t, VP, VQ>(
       in, o, ty, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
         dist[m * o.N + n] = solver.value(s);
-        solver.parts(parts + (m * o.N + n) * part_size, s);
+        if (parts) solver.parts(parts + (m * o.N + n) * part_size, s);
       });
 }
 
@@ -1244,7 +1249,8 @@ void plans_range(const Inputs<scalar_t>& in, const Options& o,
 
 // Backward over locations [begin, end): per-location gradients into dXp,
 // dh1, drow; shared ones accumulated into dXq, dh2, dcol, dbeta (one set
-// per thread, reduced by the caller). Unless null, parts [M, N, Vq, d]
+// per thread, reduced by the caller). A null grad_parts: the parts received
+// no gradient, and theirs is skipped. Unless null, parts [M, N, Vq, d]
 // receives the parts at the plans solved again (for a caller that did not
 // keep the forward's).
 template <typename scalar_t, int VP, int VQ>
@@ -1259,10 +1265,11 @@ void backward_range(const Inputs<scalar_t>& in, const Options& o,
       in, o, ty, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
         solver.value(s);  // leaves h1 T for the gradient of h2
         if (parts) solver.parts(parts + (m * o.N + n) * Vq * d, s);
-        solver.backward(grad_dist[m * o.N + n],
-                        grad_parts + (m * o.N + n) * Vq * d, dXp + m * Vp * d,
-                        dh1 + m * Vp * Vp, drow + m * Vp, dXq + n * Vq * d,
-                        dh2 + n * Vq * Vq, dcol + n * Vq, dbeta, s);
+        solver.backward(
+            grad_dist[m * o.N + n],
+            grad_parts ? grad_parts + (m * o.N + n) * Vq * d : nullptr,
+            dXp + m * Vp * d, dh1 + m * Vp * Vp, drow + m * Vp,
+            dXq + n * Vq * d, dh2 + n * Vq * Vq, dcol + n * Vq, dbeta, s);
       });
 }
 

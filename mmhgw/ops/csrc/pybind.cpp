@@ -10,7 +10,7 @@ std::vector<torch::Tensor> hgw_routing_forward(
     torch::Tensor X_p, torch::Tensor X_q, torch::Tensor h1, torch::Tensor h2,
     torch::Tensor row, torch::Tensor col, torch::Tensor beta, double eps,
     int64_t outer, int64_t inner, bool proximal, bool uniform,
-    c10::optional<torch::Tensor> pose_weight);
+    c10::optional<torch::Tensor> pose_weight, bool distance_only);
 
 torch::Tensor hgw_routing_plans(torch::Tensor X_p, torch::Tensor X_q,
                                 torch::Tensor h1, torch::Tensor h2,
@@ -39,11 +39,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("hgw_routing_forward", &hgw_routing_forward,
         "Fused HGW routing: distance [M, N] and barycentric parts "
         "[M, N, Vq, d], or with pose_weight [N, Vq * d, O] the poses "
-        "[M, N, O]",
+        "[M, N, O], or with distance_only neither (empty [M, N, 0])",
         py::arg("X_p"), py::arg("X_q"), py::arg("h1"), py::arg("h2"),
         py::arg("row"), py::arg("col"), py::arg("beta"), py::arg("eps"),
         py::arg("outer"), py::arg("inner"), py::arg("proximal"),
-        py::arg("uniform"), py::arg("pose_weight") = py::none());
+        py::arg("uniform"), py::arg("pose_weight") = py::none(),
+        py::arg("distance_only") = false);
   m.def("hgw_routing_plans", &hgw_routing_plans,
         "The plans [M, N, Vp, Vq] (rounded or not), for convergence studies",
         py::arg("X_p"), py::arg("X_q"), py::arg("h1"), py::arg("h2"),
@@ -52,7 +53,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("uniform"), py::arg("round_plan"));
   m.def("hgw_routing_backward", &hgw_routing_backward,
         "Envelope gradient of the fused HGW routing (solves the plans "
-        "again); with want_parts, also the parts at those plans",
+        "again); an empty grad_parts skips the parts' gradient; with "
+        "want_parts, also the parts at those plans",
         py::arg("grad_dist"), py::arg("grad_parts"), py::arg("X_p"),
         py::arg("X_q"), py::arg("h1"), py::arg("h2"), py::arg("row"),
         py::arg("col"), py::arg("beta"), py::arg("eps"), py::arg("outer"),
