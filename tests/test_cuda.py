@@ -70,3 +70,28 @@ def test_triton_routing_matches_reference(dtype, eps, regularizer,
             b) in enumerate(zip(names, (*out, *grads), (*ref, *grads_ref))):
         error = ((a.detach().cpu().double() - b).norm() / b.norm()).item()
         assert error < limits[min(i, 2) // 2], (name, error)
+
+
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+def test_triton_distance_only_matches_reference(dtype):
+    """``distance_only=True`` (the layer's default mean pose) at the layer's
+    sizes: the reference's distances and their gradients, no parts."""
+    pytest.importorskip('triton')
+    from mmhgw.ops import hgw_routing, hgw_routing_reference
+    inputs = [
+        t.requires_grad_() for t in random_routing_inputs(64, 32, 32, 8, 8)
+    ]
+    options = dict(eps=1e-2, outer_iters=3, inner_iters=10)
+    ref = hgw_routing_reference(*inputs, **options)[0]
+    upstream = torch.randn(ref.shape, dtype=ref.dtype,
+                           generator=torch.Generator().manual_seed(1))
+    grads_ref = torch.autograd.grad(ref, inputs, upstream)
+    ins = [t.detach().to('cuda', dtype).requires_grad_() for t in inputs]
+    dist, parts = hgw_routing(*ins, backend='triton', distance_only=True,
+                              **options)
+    assert parts is None
+    grads = torch.autograd.grad(dist, ins, upstream.to('cuda', dtype))
+    names = ['dist', 'X_p', 'X_q', 'h1', 'h2', 'row', 'col', 'beta']
+    for name, a, b in zip(names, (dist, *grads), (ref, *grads_ref)):
+        error = ((a.detach().cpu().double() - b).norm() / b.norm()).item()
+        assert error < 1e-4, (name, error)
