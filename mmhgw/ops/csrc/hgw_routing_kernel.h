@@ -307,6 +307,16 @@ inline V max_op(V a, V b) {
   return vmax(a, b);
 }
 
+// C = A h2^T for V_q = 8: the second factor of gw_product_simd.
+template <typename V, int VP>
+inline void times_h2t_simd(const V* A, const V* H2T, V* C) {
+  for (int i = 0; i < VP; ++i) {
+    V acc = splat<V>(0.0f);
+    for (int l = 0; l < 8; ++l) acc += row_lane(A[i], l) * H2T[l];
+    C[i] = acc;
+  }
+}
+
 // C = h1 T h2^T for V_q = 8, with A = h1 T (four rows at a time: one
 // load of T[k] feeds four multiply-adds; h1 is the location's, shared by
 // the problems of a vector).
@@ -327,20 +337,18 @@ inline void gw_product_simd(const float* __restrict__ h1, const V* T,
     A[i + 2] = a2;
     A[i + 3] = a3;
   }
-  for (int i = 0; i < VP; ++i) {
-    V acc = splat<V>(0.0f);
-    for (int l = 0; l < 8; ++l) acc += row_lane(A[i], l) * H2T[l];
-    C[i] = acc;
-  }
+  times_h2t_simd<V, VP>(A, H2T, C);
 }
 
 // The plans of the problems of one vector (V_p = VP rows, a multiple of 8,
 // and V_q = 8), the same iterates as Solver::solve_plan, into T_out [VP];
 // leaves h1 T in A_out [VP] and the value at each plan (Eq. 21) in
 // values[0 .. G). Per-problem inputs (h2^T, the column term, the bounded
-// cross cost K) are interleaved like the rows.
+// cross cost K) are interleaved like the rows. h1T0 [VP]: the location's
+// h1 T_0, one number per row (T_0 is constant).
 template <typename V, int VP>
-void solve_plan_simd(const float* __restrict__ h1, const V* H2T,
+void solve_plan_simd(const float* __restrict__ h1,
+                     const float* __restrict__ h1T0, const V* H2T,
                      const float* __restrict__ row, const V colv, const V* K,
                      const Options& o, V* __restrict__ T_out,
                      V* __restrict__ A_out, float* values) {
@@ -362,9 +370,17 @@ void solve_plan_simd(const float* __restrict__ h1, const V* H2T,
   };
   const float T0 = std::exp(log_p + log_q);
   for (int i = 0; i < VP; ++i) T[i] = splat<V>(T0);
+  // h1 T h2^T at the uniform plan T_0 from the location's h1 T_0.
+  auto gw_product_uniform = [&]() {
+    for (int i = 0; i < VP; ++i) A[i] = splat<V>(h1T0[i]);
+    times_h2t_simd<V, VP>(A, H2T, C);
+  };
   auto finish = [&]() {
     // Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
-    gw_product_simd<V, VP>(h1, T, H2T, A, C);
+    if (o.uniform)
+      gw_product_uniform();
+    else
+      gw_product_simd<V, VP>(h1, T, H2T, A, C);
     V acc = splat<V>(0.0f);
     for (int i = 0; i < VP; ++i)
       acc += ((row[i] + colv) - C[i] + beta * K[i]) * T[i];
@@ -377,8 +393,12 @@ void solve_plan_simd(const float* __restrict__ h1, const V* H2T,
   g = splat<V>(0.0f);
   const float prox = o.proximal ? 1.0f : 0.0f;
   for (int step = 0; step < o.outer; ++step) {
-    // cost = row 1^T + 1 col^T - h1 T h2^T + beta K (Eq. 10, 25a).
-    gw_product_simd<V, VP>(h1, T, H2T, A, C);
+    // cost = row 1^T + 1 col^T - h1 T h2^T + beta K (Eq. 10, 25a); from
+    // the uniform plan, h1 T is the location's h1 T_0.
+    if (step == 0)
+      gw_product_uniform();
+    else
+      gw_product_simd<V, VP>(h1, T, H2T, A, C);
     for (int i = 0; i < VP; ++i)
       LK[i] = -((row[i] + colv) - C[i] + beta * K[i]) / eps + prox * LT[i];
     // f = log p - LSE_j(logk + g), eight rows at a time.
@@ -668,18 +688,25 @@ class Solver {
     for (auto* a : {&Kc, &sq, &T, &A}) a->resize(kGroup * P);
     for (auto* a : {&logT, &logk, &logkT, &M, &MT, &C, &B, &BT}) a->resize(P);
     h2T.resize(Vq * Vq);
-    for (auto* a : {&f, &u, &s, &rmax, &sqp}) a->resize(Vp);
+    for (auto* a : {&f, &u, &s, &rmax, &sqp, &h1T0}) a->resize(Vp);
     for (auto* a : {&g, &v, &c, &cmax}) a->resize(Vq);
     xps.resize(Vp * o.d);
   }
 
   // Per location m: whether an input is non-finite, the components scaled
-  // by their power-of-two scale and their squared norms.
+  // by their power-of-two scale and their squared norms, and h1 T_0 (one
+  // number per row, shared by every type's first proximal step).
   void set_location(const Inputs<scalar_t>& in, int64_t m) {
     const int d = o_.d;
     xp_ = in.Xp + m * Vp * d;
     h1_ = in.h1 + m * Vp * Vp;
     row_ = in.row + m * Vp;
+    const scalar_t T0 = uniform_entry();
+    for (int i = 0; i < Vp; ++i) {
+      scalar_t acc = 0;
+      for (int k = 0; k < Vp; ++k) acc += h1_[i * Vp + k] * T0;
+      h1T0[i] = acc;
+    }
     bad_location_ = !(std::isfinite(o_.beta) && all_finite(xp_, Vp * d) &&
                       all_finite(h1_, Vp * Vp) && all_finite(row_, Vp));
     scalar_t top = 0;
@@ -694,6 +721,12 @@ class Solver {
       }
       sqp[i] = acc;
     }
+  }
+
+  // An entry of the uniform plan T_0 = p q^T, as the iterations form it.
+  scalar_t uniform_entry() const {
+    const scalar_t p = scalar_t(1) / Vp, q = scalar_t(1) / Vq;
+    return std::exp(std::log(p) + std::log(q));
   }
 
   // Whether problem (this location, type n) has a non-finite input.
@@ -745,7 +778,10 @@ class Solver {
   scalar_t value(int s = 0) {
     if (kSimd || bad_[s]) return value_[s];
     const scalar_t* __restrict__ col_ = this->col_[0];
-    gw_product(T.data(), C.data());
+    if (o_.uniform)
+      gw_product_uniform(C.data());
+    else
+      gw_product(T.data(), C.data());
     scalar_t acc = 0;
     for (int i = 0; i < Vp; ++i)
       for (int j = 0; j < Vq; ++j) {
@@ -925,6 +961,22 @@ class Solver {
         for (int l = 0; l < Vq; ++l) ai[l] += h * Tm[k * Vq + l];
       }
     }
+    times_h2t(out);
+  }
+
+  // out = h1 T_0 h2^T from the location's h1 T_0 (the first proximal step
+  // starts from the uniform plan T_0, so h1 T_0 has one value per row);
+  // leaves h1 T_0 in A.
+  void gw_product_uniform(scalar_t* __restrict__ out) {
+    scalar_t* __restrict__ a = A.data();
+    for (int i = 0; i < Vp; ++i)
+      for (int l = 0; l < Vq; ++l) a[i * Vq + l] = h1T0[i];
+    times_h2t(out);
+  }
+
+  // out = A h2^T: the second factor of gw_product.
+  void times_h2t(scalar_t* __restrict__ out) {
+    const scalar_t* __restrict__ a = A.data();
     const scalar_t* __restrict__ h2t = h2T.data();
     for (int i = 0; i < Vp; ++i) {
       scalar_t* __restrict__ oi = out + i * Vq;
@@ -975,14 +1027,17 @@ class Solver {
     scalar_t* __restrict__ cm = cmax.data();
     const scalar_t* __restrict__ rw = row_;
     const scalar_t* __restrict__ cl = col_[0];
-    const scalar_t T0 = std::exp(log_p + log_q);
+    const scalar_t T0 = uniform_entry();
     for (int e = 0; e < P; ++e) t[e] = T0;
     if (o_.uniform) return;
     for (int j = 0; j < Vq; ++j) G[j] = 0;
     for (int e = 0; e < P; ++e) lt[e] = log_p + log_q;
     const scalar_t prox = o_.proximal ? scalar_t(1) : scalar_t(0);
     for (int step = 0; step < o_.outer; ++step) {
-      gw_product(t, cost);
+      if (step == 0)
+        gw_product_uniform(cost);
+      else
+        gw_product(t, cost);
       // Eq. 25a (the paper's "+ eps" constant is absorbed by the
       // potentials) plus the KL(T || T_prev) proximal term of Eq. 25.
       // Division, not multiplication by 1/eps: the reference divides.
@@ -1086,7 +1141,8 @@ class Solver {
         std::memcpy(reinterpret_cast<char*>(&K[i]) + 32 * s,
                     Kc.data() + s * P + 8 * i, 32);
     }
-    solve_plan_simd<V, VP>(h1_, H2T, row_, colv, K, o_, TV, AV, values);
+    solve_plan_simd<V, VP>(h1_, h1T0.data(), H2T, row_, colv, K, o_, TV, AV,
+                           values);
     for (int s = 0; s < G; ++s) {
       for (int i = 0; i < VP; ++i) {
         std::memcpy(T.data() + s * P + 8 * i,
@@ -1160,7 +1216,7 @@ class Solver {
   const scalar_t *xq_[2] = {nullptr, nullptr}, *h2_[2] = {nullptr, nullptr},
                  *col_[2] = {nullptr, nullptr};
   std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT, h2T,
-      f, g, u, v, s, c, rmax, cmax, sqp, xps;
+      f, g, u, v, s, c, rmax, cmax, sqp, xps, h1T0;
 };
 
 // Solves every (location m in [begin, end), type n) problem, a group of
