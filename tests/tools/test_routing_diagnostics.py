@@ -1,9 +1,12 @@
 """tools/analysis/routing_diagnostics.py on a reduced HGWCaps UNet."""
+import math
+
 import pytest
 import torch
 
 from mmhgw.config_utils import load_offline_config
-from tools.analysis.routing_diagnostics import diagnose, input_dependence
+from tools.analysis.routing_diagnostics import (diagnose, input_dependence,
+                                                uniform_agreement)
 
 
 @pytest.fixture
@@ -25,6 +28,9 @@ def test_statistics_and_where_e_reaches(cfg, scope):
         assert s['distance_std_locations'] > 0
         assert s['distance_std_types'] > 0
         assert 0 <= s['activation_std_locations'] <= 1
+        assert -1 <= s['uniform_correlation'] <= 1
+        assert 0 <= s['uniform_same_best_type'] <= 1
+        assert 0 <= s['uniform_activation_change'] <= 1
     grads = result['gradients']
     # E trains the component embedding and the subcapsules; a layer's pose
     # map only as an input of a later layer's E (scope 'network').
@@ -61,3 +67,40 @@ def test_input_dependence_by_hand():
         (gaps / 2**0.5).mean().item())
     assert out['activation_std_locations'] == pytest.approx(
         act.std(1).mean().item())
+
+
+def test_uniform_agreement_by_hand():
+    dist = torch.tensor([[[0., 1., 2.], [2., 1., 0.]]])
+    # A shift per location and a scale change nothing the activations
+    # compare across types: correlation 1, the same best types.
+    same = uniform_agreement(dist, 3 * dist + torch.tensor([[[5.], [-1.]]]),
+                             1.0)
+    assert same['uniform_correlation'] == pytest.approx(1.0)
+    assert same['uniform_same_best_type'] == 1.0
+    # Reversed order of the types: correlation -1, no best type shared;
+    # activations exp(-(0, 1, 2)) against exp(-(2, 1, 0)).
+    flipped = uniform_agreement(dist, dist.flip(-1), 1.0)
+    assert flipped['uniform_correlation'] == pytest.approx(-1.0)
+    assert flipped['uniform_same_best_type'] == 0.0
+    change = 2 * (1 - math.exp(-2)) / 3
+    assert flipped['uniform_activation_change'] == pytest.approx(change)
+
+
+def test_route_with_another_routing_is_that_routing():
+    from mmhgw.models import HGWCaps
+    torch.manual_seed(0)
+    layer = HGWCaps(16, 16, 3, padding=1, in_types=4, out_types=4, num_parts=3,
+                    part_dim=4).eval()
+    uniform = HGWCaps(16, 16, 3, padding=1, in_types=4, out_types=4,
+                      num_parts=3, part_dim=4, routing='uniform').eval()
+    uniform.load_state_dict(layer.state_dict())
+    x = torch.randn(1, 16, 5, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            layer.route(x, routing='uniform')['distance'],
+            uniform.route(x)['distance'])
+        assert not torch.allclose(
+            layer.route(x)['distance'],
+            uniform.route(x)['distance'])
+    with pytest.raises(ValueError, match='routing must be one of'):
+        layer.route(x, routing='plan')

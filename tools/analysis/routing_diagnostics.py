@@ -10,7 +10,12 @@ its data, prints and writes as JSON:
   types, how much distances and activations vary over locations (the
   input) against over types, the share of saturated cross costs
   (``K > 0.99``), the mean squared size of components and subcapsule
-  parts, and E's value;
+  parts, E's value, and how far the plan moves the distances from those
+  of the uniform plan ``p q^T`` on the same input (the correlation of the
+  two distances' deviations from their mean over types, the locations
+  where both pick the same best-aligned type, and the mean change of the
+  activations): what HGW routing tells the next layer that uniform
+  routing would not;
 - per part of the network (backbone stages before, at and after the
   capsules; heads): the gradient norm of the task loss alone and of the
   task loss with the regulariser E, so that one sees which parameters E
@@ -34,13 +39,13 @@ from mmengine.config import DictAction
 
 def layer_statistics(layer, x) -> dict:
     """Routing statistics of one HGWCaps layer on its input ``x``."""
+    from mmhgw.models.layers.hgw_caps import activation
     with torch.no_grad():
         r = layer.route(x)
         dist, plan = r['distance'], r['plan']
         rows = plan / plan.sum(-1, keepdim=True)
         row_entropy = -(rows * rows.clamp_min(1e-30).log()).sum(-1)
-        act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
-                        layer.temperature)
+        act = activation(dist, layer.temperature)
         K = r['cross_cost']
         return dict(
             **input_dependence(dist, act),
@@ -51,7 +56,36 @@ def layer_statistics(layer, x) -> dict:
             saturated_cross_cost=(K > 0.99).float().mean().item(),
             component_sq=r['components'].pow(2).mean().item(),
             subcapsule_sq=layer.subcapsules.pow(2).mean().item(),
-            regulariser=r['regulariser'].item())
+            regulariser=r['regulariser'].item(),
+            **uniform_agreement(dist,
+                                layer.route(x, routing='uniform')['distance'],
+                                layer.temperature))
+
+
+def uniform_agreement(dist, uniform, temperature) -> dict:
+    """How HGW distances ``dist`` differ from the uniform plan's distances
+    ``uniform`` [B, L, N] of the same layer and input.
+
+    The activations compare distances across types at one location, so
+    what matters is each one's deviation from its mean over types:
+    ``uniform_correlation`` is the correlation of those deviations over
+    all (image, location, type) entries (1: the plan adds nothing the
+    activations could see beyond a scale); ``uniform_same_best_type``,
+    the share of locations whose best-aligned type (smallest distance)
+    is the same; ``uniform_activation_change``, the mean absolute change
+    of the activations ``exp(-(d - min d) / temperature)``.
+    """
+    from mmhgw.models.layers.hgw_caps import activation
+    a = dist - dist.mean(-1, keepdim=True)
+    b = uniform - uniform.mean(-1, keepdim=True)
+    corr = (a * b).sum() / (a.norm() * b.norm()).clamp_min(1e-30)
+
+    return dict(
+        uniform_correlation=corr.item(), uniform_same_best_type=(
+            dist.argmin(-1) == uniform.argmin(-1)).float().mean().item(),
+        uniform_activation_change=(
+            activation(dist, temperature) -
+            activation(uniform, temperature)).abs().mean().item())
 
 
 def input_dependence(dist, act) -> dict:

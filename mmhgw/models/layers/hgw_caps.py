@@ -40,6 +40,13 @@ def mean_pose(X_p: Tensor, pose_weight: Tensor) -> Tensor:
     return torch.einsum('bld,ndo->blno', X_p.mean(-2), W)
 
 
+def activation(dist: Tensor, temperature: float) -> Tensor:
+    """Activations ``exp(-(d_n - min_m d_m) / temperature)`` in (0, 1] of
+    the HGW distances ``dist`` [..., N] to the N output types: a soft
+    version of the paper's routing to the minimal distance."""
+    return torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) / temperature)
+
+
 @MODELS.register_module()
 class HGWCaps(BaseModule):
     """Hybrid Gromov-Wasserstein capsules in place of a k x k convolution.
@@ -280,8 +287,8 @@ class HGWCaps(BaseModule):
         return RoutingInputs(X_p, self.subcapsules, factors,
                              self.beta.to(X_p.dtype))
 
-    def _solve(self, X_p: Tensor,
-               s: Structures) -> Tuple[Tensor, Tensor, Tensor]:
+    def _solve(self, X_p: Tensor, s: Structures,
+               routing: Optional[str] = None) -> Tuple[Tensor, Tensor, Tensor]:
         """``(distance [B, L, N], parts [B, L, N, V_q, d], plan
         [B, L, N, V_p, V_q])`` by the torch reference on all locations at
         once, with ``solver_cfg['grad']``: for ``'unroll'`` (autograd
@@ -292,12 +299,14 @@ class HGWCaps(BaseModule):
                          f.h1.reshape(-1, V_p, V_p), f.h2)
         options = self.routing_options()
         options.pop('backend')
+        if routing is not None:
+            options['routing'] = routing
         out = hgw_routing_reference(X_p.reshape(-1, V_p, d), self.subcapsules,
                                     flat, s.beta, grad=self.solver_cfg['grad'],
                                     return_plan=True, **options)
         return tuple(t.reshape(B, L, *t.shape[1:]) for t in out)
 
-    def route(self, x: Tensor) -> dict:
+    def route(self, x: Tensor, routing: Optional[str] = None) -> dict:
         """The routing of one forward pass, for inspection and plotting.
 
         Returns a dict with ``components`` X_p [B, L, V_p, d],
@@ -307,11 +316,16 @@ class HGWCaps(BaseModule):
         terms ``K_pp``, ``obs_p``, ``K_qq``, ``obs_q`` used by the
         regulariser, its value ``regulariser`` (E, whether training or not)
         and the output grid ``size`` (H', W'). Plans are materialised:
-        meant for a few images.
+        meant for a few images. ``routing`` (``'hgw'`` or ``'uniform'``)
+        routes the same layer otherwise than it is set to, e.g. to compare
+        its HGW distances with those of the uniform plan on one input.
         """
+        if routing is not None and routing not in ROUTINGS:
+            raise ValueError(f'routing must be one of {ROUTINGS}, got '
+                             f'{routing!r}')
         X_p, size = self._components(x)
         s = self._structures(X_p, self._observed_p(x))
-        dist, _, plan = self._solve(X_p, s)
+        dist, _, plan = self._solve(X_p, s, routing)
         return dict(components=X_p, distance=dist, plan=plan,
                     cross_cost=self._cross_cost(X_p), K_pp=s.K_pp,
                     obs_p=s.obs_p, K_qq=s.K_qq, obs_q=s.obs_q,
@@ -320,8 +334,7 @@ class HGWCaps(BaseModule):
     def _capsules(self, pose: Tensor, dist: Tensor) -> Tensor:
         """Output capsules [B, L, N, out_dim]: the poses rescaled to their
         activations."""
-        act = torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) /
-                        self.temperature)
+        act = activation(dist, self.temperature)
         norm = torch.sqrt(pose.pow(2).sum(-1, keepdim=True) + SAFE_NORM_EPS)
         # The per-capsule factor first: autograd then keeps pose and one
         # [B, L, N, 1] tensor, not a second pose-sized product.
