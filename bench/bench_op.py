@@ -2,8 +2,11 @@
 
 Times ``mmhgw.ops.hgw_routing`` at the size of a 256-channel capsule layer
 in stage 3 of Mask R-CNN at 800x1333 (50x84 locations per image, 32 input
-types of dim 8, 32 output types of 8 parts of dim 8, the pose map of the
-layer applied in the op, the layer's default solver) and the
+types of dim 8, 32 output types of 8 parts of dim 8, the layer's default
+solver), for each output of ``--outputs``: ``poses`` (the pose map applied
+in the op, as the layer with ``pose_from='plan'`` runs it) and
+``distance`` (``distance_only=True``, as the layer's default mean pose
+runs it), and the
 ``nn.Conv2d(256, 256, 3)`` it replaces on the same feature map: forward,
 and forward plus backward of the sum of the outputs. On CUDA the times are
 ``triton.testing.do_bench`` medians (CUDA events) and the peak memory is
@@ -11,8 +14,8 @@ and forward plus backward of the sum of the outputs. On CUDA the times are
 they are medians of ``--repeats`` runs.
 
     python bench/bench_op.py [--device cuda] [--backends triton,torch]
-        [--batches 1,2] [--feature-map 50x84] [--repeats 5] [--no-write]
-        [--json FILE]
+        [--outputs poses,distance] [--batches 1,2] [--feature-map 50x84]
+        [--repeats 5] [--no-write] [--json FILE]
 """
 import argparse
 
@@ -27,6 +30,8 @@ from mmhgw.ops import hgw_routing
 H, W, CHANNELS = 50, 84, 256
 IN_TYPES, OUT_TYPES, PARTS, DIM = 32, 32, 8, 8
 SOLVER = dict(eps=1e-2, outer_iters=3, inner_iters=10)
+#: What the op returns beside the distances.
+OUTPUTS = ('poses', 'distance')
 
 
 def parse_feature_map(text):
@@ -65,9 +70,10 @@ def timer(device, repeats):
     return measure
 
 
-def measure_op(backend, batch, device, measure, shape=(H, W)):
+def measure_op(backend, batch, device, measure, shape=(H, W), output='poses'):
     *inputs, pose_weight = layer_inputs(batch * shape[0] * shape[1], device)
-    options = dict(SOLVER, backend=backend, pose_weight=pose_weight)
+    options = dict(SOLVER, backend=backend, pose_weight=pose_weight,
+                   distance_only=output == 'distance')
     leaves = [t.clone().requires_grad_() for t in inputs]
 
     def forward():
@@ -76,7 +82,10 @@ def measure_op(backend, batch, device, measure, shape=(H, W)):
 
     def forward_backward():
         distance, poses = hgw_routing(*leaves, **options)
-        (distance.sum() + poses.sum()).backward()
+        loss = distance.sum()
+        if poses is not None:
+            loss = loss + poses.sum()
+        loss.backward()
 
     cuda = torch.device(device).type == 'cuda'
     if cuda:
@@ -100,19 +109,19 @@ def measure_conv(batch, device, measure, shape=(H, W)):
 
 
 def table(rows, shape=(H, W)):
-    """``rows``: (batch, backend, (fwd, fwd_bwd), peak, (conv_fwd,
-    conv_fwd_bwd)) in seconds and bytes."""
+    """``rows``: (batch, backend, output, (fwd, fwd_bwd), peak,
+    (conv_fwd, conv_fwd_bwd)) in seconds and bytes."""
     lines = []
-    for batch, backend, (fwd, both), peak, (cf, cb) in rows:
+    for batch, backend, output, (fwd, both), peak, (cf, cb) in rows:
         lines.append([
-            f'{batch}x{shape[0]}x{shape[1]}', backend,
+            f'{batch}x{shape[0]}x{shape[1]}', backend, output,
             f'{fwd * 1e3:.2f} ({fwd / cf:.0f}x)',
             f'{both * 1e3:.2f} ({both / cb:.0f}x)',
             '-' if peak is None else f'{peak / 2**20:.0f}', f'{cf * 1e3:.3f}',
             f'{cb * 1e3:.3f}'
         ])
     return markdown_table([
-        'feature map', 'backend', 'op fwd (ms, vs conv)',
+        'feature map', 'backend', 'output', 'op fwd (ms, vs conv)',
         'op fwd+bwd (ms, vs conv)', 'op peak (MiB)', 'conv fwd (ms)',
         'conv fwd+bwd (ms)'
     ], lines)
@@ -121,13 +130,15 @@ def table(rows, shape=(H, W)):
 def section_body(rows, shape=(H, W), cuda=False):
     """The report text of a run: settings, then :func:`table`."""
     timer = ('`triton.testing.do_bench` medians' if cuda else 'Medians')
-    return (f'`hgw_routing` with the pose map at a 256-channel capsule layer '
+    return (f'`hgw_routing` at a 256-channel capsule layer '
             f'({IN_TYPES} input types of dim {DIM}, {OUT_TYPES} output types '
             f'of {PARTS} parts, eps={SOLVER["eps"]:g}, '
             f'{SOLVER["outer_iters"]}x{SOLVER["inner_iters"]} iterations, '
-            'float32) against the 3x3 convolution on the same feature map. '
-            f'{timer}; ratios against the convolution of the same run.\n\n' +
-            table(rows, shape))
+            'float32) against the 3x3 convolution on the same feature map; '
+            'output: the poses (the pose map applied in the op), or the '
+            'distances alone (`distance_only=True`, the layer\'s default '
+            f'mean pose). {timer}; ratios against the convolution of the '
+            'same run.\n\n' + table(rows, shape))
 
 
 def main():
@@ -137,6 +148,8 @@ def main():
         '--backends', default=None,
         help='comma-separated; default: triton,torch on '
         'CUDA, cpp,torch on the CPU')
+    parser.add_argument('--outputs', default=','.join(OUTPUTS),
+                        help='comma-separated, of ' + ', '.join(OUTPUTS))
     parser.add_argument('--batches', default='1',
                         help='comma-separated images per feature map')
     parser.add_argument(
@@ -158,15 +171,20 @@ def main():
         shape = parse_feature_map(args.feature_map)
     except ValueError as err:
         parser.error(str(err))
+    outputs = args.outputs.split(',')
+    unknown = sorted(set(outputs) - set(OUTPUTS))
+    if unknown:
+        parser.error(f'--outputs takes {", ".join(OUTPUTS)}; got {unknown}')
     measure = timer(args.device, args.repeats)
     rows = []
     for batch in batches:
         conv = measure_conv(batch, args.device, measure, shape)
         for backend in backends.split(','):
-            times, peak = measure_op(backend, batch, args.device, measure,
-                                     shape)
-            rows.append((batch, backend, times, peak, conv))
-            print(rows[-1], flush=True)
+            for output in outputs:
+                times, peak = measure_op(backend, batch, args.device, measure,
+                                         shape, output)
+                rows.append((batch, backend, output, times, peak, conv))
+                print(rows[-1], flush=True)
     body = section_body(rows, shape, cuda)
     print(body)
     if args.json:

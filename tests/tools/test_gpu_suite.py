@@ -82,8 +82,10 @@ def test_dry_run_stages_ran_against_the_standin_ops(dry_run):
 def test_dry_run_results(dry_run):
     out, _, report = dry_run
     rows = report['stages']['bench-op']['result']['rows']
-    assert [r[1] for r in rows] == ['cpp', 'torch']
-    assert all(t > 0 for r in rows for t in r[2] + r[4])
+    assert [r[1:3] for r in rows] == [['cpp', 'poses'], ['cpp', 'distance'],
+                                      ['torch', 'poses'],
+                                      ['torch', 'distance']]
+    assert all(t > 0 for r in rows for t in r[3] + r[5])
     train = report['stages']['train-unet']['result']
     assert train['iters'] == 2 and not train['amp']
     for label in ('stock', 'hgwcaps'):
@@ -123,7 +125,8 @@ def test_writer_replaces_only_the_gpu_sections(dry_run, writer, tmp_path):
     op = after['routing-op-cuda']
     assert 'Command: `python bench/bench_op.py --device cpu --feature-map ' \
         '3x4 --repeats 1` (run by `python tools/gpu_suite.py' in op
-    assert 'dry run on a CPU' in op and '| 1x3x4 | cpp |' in op
+    assert 'dry run on a CPU' in op and '| 1x3x4 | cpp | poses |' in op
+    assert '| 1x3x4 | cpp | distance |' in op
     training = after['training-amp-cuda']
     assert training.count('UNet s5-d16') == 2 and '| HGWCaps | 2 of 2 |' \
         in training
