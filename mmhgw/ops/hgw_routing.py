@@ -165,10 +165,12 @@ def _routing_op(X_p: Tensor, X_q: Tensor, h1: Tensor, h2: Tensor, row: Tensor,
     options = _options(eps, outer_iters, inner_iters, regularizer, routing)
     if X_p.numel() == 0:
         dist = X_p.new_zeros(0, N)
-        parts = X_p.new_zeros(0, N, V_q, d)
-        out = parts if pose_weight is None else pose_map(parts, pose_weight)
         if distance_only:
             out = X_p.new_zeros(0, N, 0)
+        else:
+            parts = X_p.new_zeros(0, N, V_q, d)
+            out = parts if pose_weight is None else pose_map(
+                parts, pose_weight)
     else:
         kernels = KERNELS[resolve_backend(backend, X_p.device)]
         flat = _kernel_layout(X_p, X_q, h1, h2, row, col)

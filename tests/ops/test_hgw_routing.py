@@ -517,3 +517,26 @@ def test_wrong_number_of_factor_arguments_is_a_type_error():
                                                    torch.float32)
     with pytest.raises(TypeError, match='GWFactors'):
         hgw_routing(X_p, X_q, h1, h2, row, beta, outer_iters=1, inner_iters=1)
+
+
+@pytest.mark.parametrize('backend', fused_backends())
+@pytest.mark.parametrize('mode', ['parts', 'poses', 'distance'])
+def test_no_locations_give_empty_outputs(backend, mode):
+    """An empty batch of locations (an image smaller than the kernel's
+    reach) gives empty outputs of the right shapes, and zero gradients."""
+    X_p, X_q, h1, h2, row, col, beta = make_inputs(2, 3, 5, 4, 2,
+                                                   torch.float64)
+    empty = [t[:0].detach().requires_grad_() for t in (X_p, h1, row)]
+    weight = torch.randn(3, 8, 6, dtype=torch.float64, requires_grad=True)
+    dist, out = hgw_routing(empty[0], X_q, empty[1], h2, empty[2], col, beta,
+                            eps=1e-2, outer_iters=2, inner_iters=2,
+                            backend=backend, distance_only=mode == 'distance',
+                            pose_weight=weight if mode == 'poses' else None)
+    assert dist.shape == (0, 3)
+    if mode == 'distance':
+        assert out is None
+    else:
+        assert out.shape == ((0, 3, 6) if mode == 'poses' else (0, 3, 4, 2))
+    loss = dist.sum() + (0 if out is None else out.sum())
+    (g_q, ) = torch.autograd.grad(loss, [X_q])
+    assert torch.equal(g_q, torch.zeros_like(X_q))
