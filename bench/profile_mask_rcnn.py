@@ -122,7 +122,7 @@ def by_part(config, device):
         restore()
     t = timers.total
     parts = [
-        ('HGW routing op (hgw_routing: solve, value, parts, pose map)',
+        ('HGW routing op (hgw_routing: the plans and their distances)',
          t['solver']),
         ('capsule grouped conv (embed)', t['grouped conv']),
         ('capsule layer, rest (structures, factors, activations)',
