@@ -820,9 +820,9 @@ class Solver {
 
   // Envelope gradient at the plan of a slot, for upstream gradients gd (of
   // the value) and gp [Vq, d] (of the parts; null: none). Per-location
-  // outputs dXp,
-  // dh1, drow are accumulated; shared ones (dXq, dh2, dcol [this type's
-  // slices], dbeta) too. Requires value(slot) to have run (A = h1 T).
+  // outputs dXp, dh1, drow are accumulated; shared ones (dXq, dh2, dcol
+  // [this type's slices], dbeta) too. Requires value(slot) to have run
+  // (A = h1 T).
   void backward(scalar_t gd, const scalar_t* __restrict__ gp,
                 scalar_t* __restrict__ dXp, scalar_t* __restrict__ dh1,
                 scalar_t* __restrict__ drow, scalar_t* __restrict__ dXq,
