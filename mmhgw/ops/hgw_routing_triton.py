@@ -80,6 +80,12 @@ NEG = tl.constexpr(-1e30)
 NAN = tl.constexpr(float('nan'))
 INF = tl.constexpr(float('inf'))
 
+#: The smallest column sum of ``exp(LK + f + g_old)``, relative to ``p``,
+#: from which a proximal step's column update is formed without an exp
+#: (the C++ kernel's ``kSafeColumn``): the floored entries then weigh at
+#: most ``exp(LO) / SAFE_COLUMN`` (~1e-13) of ``q``.
+SAFE_COLUMN = tl.constexpr(2.0**-20)
+
 #: Terms of the series of :func:`_neg_expm1` (|x| < 1/2): the remainder is
 #: below float64 resolution.
 EXPM1_TERMS = tl.constexpr(17)
@@ -241,17 +247,29 @@ def _plan_tile(h1, H2T, row, col, K, beta, rmask, wmask, tmask,
                          zero)
             s = tl.where(rows_mask, _segment_sum(e, BP, BN, BQ), 1.0)
             f = tl.where(rows_mask, LOG_P - (tl.log(s) + mx), 0.0)
-            x = tl.where(mask, LK + _expand(f, BP, BN, BQ), NEG)
-            mx = tl.max(x, axis=0)
-            e = tl.where(mask, tl.exp(tl.maximum(x - mx[None, :], LO)), zero)
-            c = tl.where(wmask, tl.sum(e, axis=0), 1.0)
-            g = tl.where(wmask, LOG_Q - (tl.log(c) + mx), 0.0)
-            if INNER > 1:
+            # e p / s is exp(LK + f + g) with the old g: the column update
+            # and M = exp(LK + f + g_new) follow without another exp,
+            # unless a column is small enough for the floors to matter
+            # (see SAFE_COLUMN); then the tile takes it in the log domain.
+            M = e * _expand(_div(s * 0.0 + P, s, FP32), BP, BN, BQ)
+            c = tl.sum(M, axis=0)
+            if tl.min(tl.where(wmask, c, 1.0)) >= P * SAFE_COLUMN:
+                w = tl.where(wmask, _div(c * 0.0 + Q, c, FP32), 0.0)
+                g = tl.where(wmask, g + tl.log(tl.maximum(w, TINY)), 0.0)
+                M = M * w[None, :]
+            else:
+                xc = tl.where(mask, LK + _expand(f, BP, BN, BQ), NEG)
+                mc = tl.max(xc, axis=0)
+                ec = tl.where(mask, tl.exp(tl.maximum(xc - mc[None, :], LO)),
+                              zero)
+                c = tl.where(wmask, tl.sum(ec, axis=0), 1.0)
+                g = tl.where(wmask, LOG_Q - (tl.log(c) + mc), 0.0)
                 M = tl.where(
                     mask,
                     tl.exp(
                         tl.maximum(LK + _expand(f, BP, BN, BQ) + g[None, :],
                                    LO)), zero)
+            if INNER > 1:
                 u = f * 0.0
                 v = tl.where(wmask, g * 0.0 + 1.0, 0.0)
                 for _it in range(INNER - 1):
@@ -264,9 +282,9 @@ def _plan_tile(h1, H2T, row, col, K, beta, rmask, wmask, tmask,
                 f = tl.where(rows_mask, f + tl.log(tl.maximum(u, TINY)), 0.0)
                 g = tl.where(wmask, g + tl.log(tl.maximum(v, TINY)), 0.0)
                 T = M * _expand(u, BP, BN, BQ) * v[None, :]
+            else:
+                T = M
             LT = tl.where(mask, LK + _expand(f, BP, BN, BQ) + g[None, :], NEG)
-            if INNER <= 1:
-                T = tl.where(mask, tl.exp(tl.maximum(LT, LO)), zero)
         # Rounding onto Gamma(p, q), per type.
         rows = tl.maximum(_segment_sum(T, BP, BN, BQ), TINY)
         T = T * _expand(tl.minimum(_div(rows * 0.0 + P, rows, FP32), 1.0), BP,

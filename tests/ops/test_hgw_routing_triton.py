@@ -107,9 +107,10 @@ def run_cases():
 
 def special_cases():
     """Non-finite inputs (NaN masks equal to the reference's), large
-    embeddings (relative errors against the float64 reference), eps at its
-    bound (finite) and double backward (refused)."""
-    from test_hgw_routing import (POISONS, make_inputs,
+    embeddings and parts far from every component (relative errors against
+    the float64 reference), eps at its bound (finite) and double backward
+    (refused)."""
+    from test_hgw_routing import (POISONS, far_part_inputs, make_inputs,
                                   nan_where_the_reference_has_nan,
                                   poisoned_inputs, relative)
 
@@ -134,6 +135,15 @@ def special_cases():
     results['large'] = {
         name: relative(a.double(), b)
         for name, a, b in zip(NAMES, out, ref)
+    }
+    inputs = far_part_inputs()
+    options = dict(eps=1e-3, outer_iters=3, inner_iters=10)
+    ref = hgw_routing_reference(*inputs, **options)
+    out = hgw_routing(*[t.float() for t in inputs], backend='triton',
+                      **options)
+    results['far-part'] = {
+        name: relative(a.double(), b)
+        for name, a, b in zip(['dist', 'parts'], out, ref)
     }
     inputs = make_inputs(3, 2, 8, 8, 4, torch.float32)
     out = hgw_routing(*inputs, eps=MIN_EPS, outer_iters=5, inner_iters=3,
@@ -161,8 +171,8 @@ def poison_id(size, poison):
 
 def special_ids():
     from test_hgw_routing import POISONS
-    return ([poison_id(size, p) for size in POISON_SIZES
-             for p in POISONS] + ['large', 'min-eps', 'double-backward'])
+    return ([poison_id(size, p) for size in POISON_SIZES for p in POISONS] +
+            ['large', 'far-part', 'min-eps', 'double-backward'])
 
 
 @pytest.fixture(scope='module')

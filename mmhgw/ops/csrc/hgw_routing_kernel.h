@@ -298,6 +298,19 @@ inline V reduce_rows(const V* r, Op op) {
   return op(__builtin_shuffle(b[0], b[1], lo4),
             __builtin_shuffle(b[0], b[1], lo4 + 4));
 }
+// Whether every lane of a comparison's mask is set.
+template <typename M>
+inline bool all_lanes(M mask) {
+  for (int k = 0; k < static_cast<int>(sizeof(M) / sizeof(mask[0])); ++k)
+    if (!mask[k]) return false;
+  return true;
+}
+// The smallest column sum of exp(logk + f + g_old), relative to p, from
+// which the column update is formed in the kernel domain: the floored
+// entries (exp_floor relative to their row's largest) then weigh at most
+// exp_floor / kSafeColumn ~ 1e-13 of q in any entry of M.
+constexpr float kSafeColumn = 0x1p-20f;
+
 template <typename V>
 inline V add_op(V a, V b) {
   return a + b;
@@ -401,28 +414,48 @@ void solve_plan_simd(const float* __restrict__ h1,
       gw_product_simd<V, VP>(h1, T, H2T, A, C);
     for (int i = 0; i < VP; ++i)
       LK[i] = -((row[i] + colv) - C[i] + beta * K[i]) / eps + prox * LT[i];
-    // f = log p - LSE_j(logk + g), eight rows at a time.
+    // One log-domain iteration, then M = exp(logk + f + g). f = log p -
+    // LSE_j(logk + g), eight rows at a time, keeping the shifted kernel
+    // exp(logk + g - max_j) in Mx and u = p / its row sums: Mx u is then
+    // exp(logk + f + g) with the old g, so the column update
+    // g += log(q / (u^T Mx)) and M = Mx u q / (u^T Mx) need no further
+    // exp. Exact unless a column of Mx u is so small that the floor of its
+    // entries matters; such a problem takes the column update in the log
+    // domain.
+    V* Mx = tmp;
     for (int b = 0; b < R; ++b) {
-      V x[8], e[8];
+      V x[8];
       for (int k = 0; k < 8; ++k) x[k] = LK[8 * b + k] + g;
       const V mx = reduce_rows(x, max_op<V>);
+      V* e = Mx + 8 * b;
       for (int k = 0; k < 8; ++k) e[k] = vexp(x[k] - row_lane(mx, k), lo);
-      const V sum = reduce_rows(e, add_op<V>);
+      const V sum = reduce_rows(e, add_op<V>);  // >= 1: the row's max is 1
       f[b] = log_p - (vlog(sum) + mx);
-    }
-    // g = log q - LSE_i(logk + f).
-    V cm = splat<V>(-std::numeric_limits<float>::infinity());
-    for (int i = 0; i < VP; ++i) {
-      tmp[i] = LK[i] + at_row(f, i);
-      cm = vmax(cm, tmp[i]);
+      u[b] = p / sum;
     }
     V cs = splat<V>(0.0f);
-    for (int i = 0; i < VP; ++i) cs += vexp(tmp[i] - cm, lo);
-    g = log_q - (vlog(cs) + cm);
-    if (o.inner > 1) {
-      // Stabilised kernel-domain iterations on M = exp(logk + f + g).
-      V* Mx = tmp;
+    for (int i = 0; i < VP; ++i) {
+      Mx[i] *= at_row(u, i);
+      cs += Mx[i];
+    }
+    if (all_lanes(cs >= p * kSafeColumn)) {
+      const V w = q / cs;
+      g += vlog(w);
+      for (int i = 0; i < VP; ++i) Mx[i] *= w;
+    } else {
+      // g = log q - LSE_i(logk + f), then M.
+      V cm = splat<V>(-std::numeric_limits<float>::infinity());
+      for (int i = 0; i < VP; ++i) {
+        tmp[i] = LK[i] + at_row(f, i);
+        cm = vmax(cm, tmp[i]);
+      }
+      cs = splat<V>(0.0f);
+      for (int i = 0; i < VP; ++i) cs += vexp(tmp[i] - cm, lo);
+      g = log_q - (vlog(cs) + cm);
       for (int i = 0; i < VP; ++i) Mx[i] = vexp(tmp[i] + g, lo);
+    }
+    if (o.inner > 1) {
+      // Stabilised kernel-domain iterations on M.
       v = splat<V>(1.0f);
       for (int it = 0; it < o.inner - 1; ++it) {
         for (int b = 0; b < R; ++b) {
@@ -444,7 +477,7 @@ void solve_plan_simd(const float* __restrict__ h1,
     } else {
       for (int i = 0; i < VP; ++i) {
         LT[i] = LK[i] + at_row(f, i) + g;
-        T[i] = vexp(LT[i], lo);
+        T[i] = Mx[i];
       }
     }
   }
