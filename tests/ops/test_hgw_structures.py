@@ -1,6 +1,6 @@
-"""The components' structures op: its C++ kernel against the torch
-reference (the oracle), where each runs, and the capsule layer's inference
-through it."""
+"""The components' structures op: its C++ kernels (values and gradients)
+against the torch reference (the oracle), where each runs, and the capsule
+layer through them."""
 import importlib
 
 import pytest
@@ -8,7 +8,7 @@ import torch
 
 from mmhgw.models import HGWCaps
 from mmhgw.ops import (component_structures, component_structures_reference,
-                       cpp_available)
+                       component_terms, cpp_available)
 from mmhgw.ot import (bound_distance, mix_structure, power_of_two_scale,
                       source_factors, zipf_structure)
 
@@ -86,7 +86,7 @@ def test_kernel_matches_exact_structures_at_any_size(dtype, scale):
 
 
 @needs_ext
-def test_kernel_runs_only_where_no_gradient_is_needed(monkeypatch):
+def test_kernels_run_where_backend_and_arguments_allow(monkeypatch):
     calls = []
     real = structures_module._load_ext()
 
@@ -96,20 +96,24 @@ def test_kernel_runs_only_where_no_gradient_is_needed(monkeypatch):
             calls.append(kwargs['X'].shape)
             return real.hgw_structures_forward(**kwargs)
 
+        def hgw_structures_backward(self, **kwargs):
+            return real.hgw_structures_backward(**kwargs)
+
     monkeypatch.setattr(structures_module, '_load_ext', lambda: Spy())
     X = components((3, ), 32, 8, torch.float32).requires_grad_()
     b = torch.tensor(0.5)
-    C, row = component_structures(X, b)
-    assert C.grad_fn is not None and not calls  # training: autograd path
+    obs = 1 / (1 + torch.rand(3, 32, 32))
+    C, row = component_structures(X, b)  # training: the kernels' gradient
+    assert C.grad_fn is not None and len(calls) == 1
+    # A given observed structure has no backward kernel: the composition.
+    C, row = component_structures(X, b, obs)
+    assert C.grad_fn is not None and len(calls) == 1
     with torch.no_grad():
-        component_structures(X, b)
-        assert len(calls) == 1
+        component_structures(X, b, obs)
+        assert len(calls) == 2
         component_structures(X, b, backend='torch')  # the reference asked
         component_structures(X.half(), b.half())  # no kernel for 16 bits
-        assert len(calls) == 1
-    # Nothing requires a gradient: the kernel, with grad mode on.
-    component_structures(X.detach(), b)
-    assert len(calls) == 2
+        assert len(calls) == 2
 
 
 @pytest.mark.parametrize('layer_args', [
@@ -145,3 +149,60 @@ def test_layer_trace_records_the_reference():
         traced = torch.jit.trace(layer, x, check_trace=False)
         y = torch.randn(1, 16, 5, 5)
         torch.testing.assert_close(traced(y), layer(y), rtol=1e-5, atol=1e-6)
+
+
+@needs_ext
+@pytest.mark.parametrize('dtype', [torch.float64, torch.float32])
+@pytest.mark.parametrize('lead, V, d', SHAPES)
+@pytest.mark.parametrize('use_observed', [True, False])
+@pytest.mark.parametrize('beta', [0.0, 0.5, 1.0])
+def test_kernel_gradients_match_reference(dtype, lead, V, d, use_observed,
+                                          beta):
+    """C_p, the row factor and the regulariser's term, and their gradients
+    with respect to the components and beta, against the composition."""
+    X = components(lead, V, d, dtype).requires_grad_()
+    b = torch.tensor(beta, dtype=dtype, requires_grad=True)
+    got = component_terms(X, b, None, use_observed)
+    want = component_terms(X, b, None, use_observed, backend='torch')
+    assert got[0].grad_fn is not None
+    g = torch.Generator().manual_seed(1)
+    upstream = [torch.randn(t.shape, generator=g, dtype=dtype) for t in want]
+    # With V = 1 the regulariser's term is a constant 0.
+    used = [i for i, t in enumerate(want) if t.requires_grad]
+    assert len(used) == (2 if V == 1 else 3)
+    grads = torch.autograd.grad([got[i] for i in used], (X, b),
+                                [upstream[i] for i in used])
+    # Without observed structure beta does not enter: no gradient (0).
+    grads_want = [
+        torch.zeros_like(x) if w is None else w
+        for x, w in zip((X, b),
+                        torch.autograd.grad([want[i] for i in used], (
+                            X, b), [upstream[i]
+                                    for i in used], allow_unused=True))
+    ]
+    tol = dict(rtol=TOLERANCE[dtype] * 10, atol=TOLERANCE[dtype] * 10)
+    for a, w in zip((*got, *grads), (*want, *grads_want)):
+        torch.testing.assert_close(a, w, **tol)
+
+
+@needs_ext
+def test_kernel_gradient_of_one_output_alone():
+    """Outputs that get no gradient (the row factor, E) count as zero."""
+    X = components((3, ), 32, 8, torch.float64).requires_grad_()
+    b = torch.tensor(0.5, dtype=torch.float64)
+    for pick in range(3):
+        got = component_terms(X, b)[pick].sum()
+        want = component_terms(X, b, backend='torch')[pick].sum()
+        torch.testing.assert_close(
+            torch.autograd.grad(got, X)[0],
+            torch.autograd.grad(want, X)[0], rtol=1e-10, atol=1e-12)
+
+
+@needs_ext
+@pytest.mark.parametrize('scale', [1e-20, 1e30])
+def test_kernel_gradient_is_finite_at_any_size(scale):
+    X = components((4, ), 32, 8, torch.float32, scale=scale).requires_grad_()
+    b = torch.tensor(0.5, requires_grad=True)
+    out = component_terms(X, b)
+    grads = torch.autograd.grad(sum(t.sum() for t in out), (X, b))
+    assert all(t.isfinite().all() for t in (*out, *grads))

@@ -12,15 +12,15 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from mmhgw.ops import (BACKENDS, ROUTINGS, cross_cost, hgw_routing,
-                       hgw_routing_reference, pose_map)
+                       hgw_routing_reference, pose_map, runs_component_kernels)
 from mmhgw.ot import GWFactors
 from mmhgw.registry import MODELS
 from .aux_loss import attach_aux_loss
 from .hgw_caps_args import (build_solver_cfg, check_checkpoint_beta,
                             check_layer_args, resolve_legacy)
 from .hgw_caps_structures import (RoutingInputs, Structures, layer_factors,
-                                  layer_structures, observed_input,
-                                  regulariser)
+                                  layer_structures, layer_terms,
+                                  observed_input, regulariser)
 from .precision import autocast_off, narrower_than_float32, restore_float32
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
@@ -253,11 +253,15 @@ class HGWCaps(BaseModule):
     ) -> Tuple[GWFactors, Optional[Tensor]]:
         """The factors and the regulariser E (None unless ``want_reg``) of
         the components X_p [B, L, V_p, d]."""
+        beta = self.beta.to(X_p.dtype)
         if not want_reg:
-            return layer_factors(X_p, self.subcapsules,
-                                 self.beta.to(X_p.dtype), obs_p,
+            return layer_factors(X_p, self.subcapsules, beta, obs_p,
                                  self.use_observed, self.observed,
                                  self.backend), None
+        if X_reg is None:
+            return layer_terms(X_p, self.subcapsules, beta, obs_p,
+                               self.use_observed, self.observed, self.backend,
+                               self.reg_weight)
         s = self._structures(X_p, obs_p)
         return s.factors(), regulariser(s, self.reg_weight, X_reg)
 
@@ -395,10 +399,12 @@ class HGWCaps(BaseModule):
                 else None
         else:
             terms = (X_p, obs_p, want_reg, X_reg)
-            if torch.is_grad_enabled():
-                # The structures' [B, L, V_p, V_p] intermediates (about ten
-                # per layer) are cheap to recompute in backward: keep only
-                # X_p.
+            if torch.is_grad_enabled() and not (
+                    X_reg is None and runs_component_kernels(
+                        X_p, self.beta, obs_p, self.backend)):
+                # The composition's [B, L, V_p, V_p] intermediates (about
+                # ten per layer) are cheap to recompute in backward: keep
+                # only X_p, as the C++ kernels do.
                 factors, reg = checkpoint(self._routing_terms, *terms,
                                           use_reentrant=False)
             else:

@@ -1,11 +1,11 @@
 """The structures of an HGWCaps layer (paper Eq. 18, 21, Eq. reg): what its
 solver sees and what its regulariser E compares, from the components, the
 subcapsules and the layer's input."""
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 from torch import Tensor, nn
 
-from mmhgw.ops import component_structures
+from mmhgw.ops import component_structures, component_terms
 from mmhgw.ot import (GWFactors, count_structure, embedding_distance,
                       gw_factors, kl_off_diagonal, structure, target_factors,
                       uniform_marginals)
@@ -78,14 +78,34 @@ def layer_factors(X_p: Tensor, X_q: Tensor, beta: Tensor,
                   backend: str) -> GWFactors:
     """``layer_structures(...).factors()`` (same arguments) without the
     regulariser's terms, the components' side by
-    :func:`mmhgw.ops.component_structures` (its C++ kernel at inference
-    when ``backend``, the routing op's, runs the C++ kernels)."""
+    :func:`mmhgw.ops.component_structures` (its C++ kernels when
+    ``backend``, the routing op's, runs them)."""
     _check_observed(obs_p, use_observed, observed)
     C_p, row = component_structures(X_p, beta, obs_p, use_observed, backend)
-    C_q = structure(X_q, beta, None, use_observed)[0]
+    col, h2 = _subcapsule_side(X_q, beta, use_observed)[:2]
+    return GWFactors(row, col, C_p, h2)
+
+
+def layer_terms(X_p: Tensor, X_q: Tensor, beta: Tensor,
+                obs_p: Optional[Tensor], use_observed: bool, observed: str,
+                backend: str, reg_weight: float) -> Tuple[GWFactors, Tensor]:
+    """:func:`layer_factors` and the regulariser E of :func:`regulariser`
+    (same arguments), the components' side of both by
+    :func:`mmhgw.ops.component_terms` (its C++ kernels, which keep only the
+    components for backward, when ``backend`` runs them)."""
+    _check_observed(obs_p, use_observed, observed)
+    C_p, row, kl_p = component_terms(X_p, beta, obs_p, use_observed, backend)
+    col, h2, K_qq, obs_q = _subcapsule_side(X_q, beta, use_observed)
+    return (GWFactors(row, col, C_p, h2),
+            _weighted(reg_weight, kl_p, kl_off_diagonal(K_qq, obs_q.detach())))
+
+
+def _subcapsule_side(X_q: Tensor, beta: Tensor, use_observed: bool):
+    """``(col, h2, K_qq, C_obs_q)`` of the subcapsules X_q [N, V_q, d]."""
+    C_q, K_qq, obs_q = structure(X_q, beta, None, use_observed)
     q = C_q.new_full((C_q.shape[-1], ), 1.0 / C_q.shape[-1])
     col, h2 = target_factors(C_q, q)
-    return GWFactors(row, col, C_p, h2)
+    return col, h2, K_qq, obs_q
 
 
 def _check_observed(obs_p: Optional[Tensor], use_observed: bool,
@@ -102,5 +122,10 @@ def regulariser(s: Structures, reg_weight: float,
     targets); with ``X_reg`` (the same components by another gradient path)
     its input-domain term is taken on those."""
     K_pp = s.K_pp if X_reg is None else embedding_distance(X_reg, X_reg)
-    return reg_weight * (kl_off_diagonal(K_pp, s.obs_p.detach()) +
-                         kl_off_diagonal(s.K_qq, s.obs_q.detach()))
+    return _weighted(reg_weight, kl_off_diagonal(K_pp, s.obs_p.detach()),
+                     kl_off_diagonal(s.K_qq, s.obs_q.detach()))
+
+
+def _weighted(reg_weight: float, kl_p: Tensor, kl_q: Tensor) -> Tensor:
+    """E of its two domains' terms (Eq. reg)."""
+    return reg_weight * (kl_p + kl_q)

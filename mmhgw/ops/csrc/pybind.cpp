@@ -27,6 +27,11 @@ std::vector<torch::Tensor> hgw_routing_backward(
 
 std::vector<torch::Tensor> hgw_structures_forward(
     torch::Tensor X, torch::Tensor beta, c10::optional<torch::Tensor> obs,
+    bool use_observed, double floor, bool want_kl);
+
+std::vector<torch::Tensor> hgw_structures_backward(
+    torch::Tensor grad_C, torch::Tensor grad_row,
+    c10::optional<torch::Tensor> grad_kl, torch::Tensor X, torch::Tensor beta,
     bool use_observed, double floor);
 
 }  // namespace cpu
@@ -61,8 +66,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("inner"), py::arg("proximal"), py::arg("uniform"),
         py::arg("want_parts"));
   m.def("hgw_structures_forward", &hgw_structures_forward,
-        "The components' mixed structure C [M, V, V] and KL row factor "
-        "[M, V] (no gradient)",
+        "The components' mixed structure C [M, V, V], KL row factor [M, V] "
+        "and, with want_kl, the regulariser's off-diagonal KL of K against "
+        "the observed structure per location [M] (else empty)",
         py::arg("X"), py::arg("beta"), py::arg("obs") = py::none(),
-        py::arg("use_observed"), py::arg("floor"));
+        py::arg("use_observed"), py::arg("floor"), py::arg("want_kl") = false);
+  m.def("hgw_structures_backward", &hgw_structures_backward,
+        "Gradient of hgw_structures_forward (co-activations or no observed "
+        "structure) with respect to X [M, V, d] and beta (0-dim)",
+        py::arg("grad_C"), py::arg("grad_row"), py::arg("grad_kl") = py::none(),
+        py::arg("X"), py::arg("beta"), py::arg("use_observed"),
+        py::arg("floor"));
 }

@@ -374,11 +374,12 @@ def test_regulariser_ignores_the_diagonal():
 
 
 @pytest.mark.parametrize('routing,ablation', [('hgw', None), ('hgw', 'A'),
-                                              ('uniform', None)])
+                                              ('hgw', 'C'), ('uniform', None)])
 @pytest.mark.parametrize('training', [True, False])
 def test_backends_give_the_same_layer(routing, ablation, training):
     """The fused kernels and the torch reference: same output, regulariser,
-    distances and gradients (float64: same iterates up to round-off)."""
+    distances and gradients (float64: same iterates up to round-off); C
+    (no observed structure) takes the structures kernels' other branch."""
     from mmhgw.ops import cpp_available
     if not cpp_available():
         pytest.skip('C++ extension not built')
