@@ -21,6 +21,7 @@ from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from mmhgw.ot import DISTANCE_FLOOR, kl_off_diagonal, source_factors, structure
 from .hgw_routing import _load_ext, resolve_backend
@@ -78,6 +79,7 @@ class _ComponentTerms(torch.autograd.Function):
         return C_p, row, kl
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_C, grad_row, grad_kl):
         X, beta = ctx.saved_tensors
         M, V = X.shape[:2]
