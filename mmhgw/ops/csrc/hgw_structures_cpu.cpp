@@ -28,37 +28,61 @@ namespace {
 // (zipf_structure), the given one (observed='counts'), or none.
 enum class Observed { kCoactivation, kGiven, kNone };
 
-// K <- 1 - exp(-max(sq, 0) / d) and x <- log(max(x, tiny)) over n
-// entries (mmhgw::bounded, mmhgw::safe_log): for float eight at a time with
-// the routing kernel's vector polynomials (the scalar loops do not
-// vectorise), for double by libm.
-inline void bounded_n(const float* sq, int n, int d, float* K) {
-  using mmhgw::v8f;
-  const float inv_d = 1.0f / d;
+// y <- f(x) over n floats: eight at a time by fv (the routing kernel's
+// vector polynomials; the scalar loops do not vectorise), the rest by fs.
+template <typename FV, typename FS>
+inline void map_v8(const float* x, int n, float* y, FV fv, FS fs) {
   int e = 0;
   for (; e + 8 <= n; e += 8) {
-    v8f v;
-    std::memcpy(&v, sq + e, sizeof v);
-    v = 1.0f - mmhgw::vexp(-mmhgw::vmax(v, mmhgw::splat(0.0f)) * inv_d, -88.0f);
-    std::memcpy(K + e, &v, sizeof v);
+    mmhgw::v8f v;
+    std::memcpy(&v, x + e, sizeof v);
+    v = fv(v);
+    std::memcpy(y + e, &v, sizeof v);
   }
-  mmhgw::bounded(sq + e, n - e, d, K + e);
+  for (; e < n; ++e) y[e] = fs(x[e]);
+}
+
+// K <- 1 - exp(-max(sq, 0) / d), x <- log(max(x, tiny)) and
+// x <- exp(-max(x, 0) / d) (the derivative's factor of the first) over n
+// entries (mmhgw::bounded, mmhgw::safe_log); double by libm.
+inline void bounded_n(const float* sq, int n, int d, float* K) {
+  const float inv_d = 1.0f / d;
+  map_v8(
+      sq, n, K,
+      [&](mmhgw::v8f v) {
+        return 1.0f -
+               mmhgw::vexp(-mmhgw::vmax(v, mmhgw::splat(0.0f)) * inv_d, -88.0f);
+      },
+      [&](float x) {
+        float k;
+        mmhgw::bounded(&x, 1, d, &k);
+        return k;
+      });
 }
 inline void bounded_n(const double* sq, int n, int d, double* K) {
   mmhgw::bounded(sq, n, d, K);
 }
 inline void safe_log_n(float* x, int n) {
-  using mmhgw::v8f;
-  int e = 0;
-  for (; e + 8 <= n; e += 8) {
-    v8f v;
-    std::memcpy(&v, x + e, sizeof v);
-    v = mmhgw::vlog(v);
-    std::memcpy(x + e, &v, sizeof v);
-  }
-  mmhgw::safe_log(x + e, n - e);
+  map_v8(
+      x, n, x, [](mmhgw::v8f v) { return mmhgw::vlog(v); },
+      [](float v) {
+        mmhgw::safe_log(&v, 1);
+        return v;
+      });
 }
 inline void safe_log_n(double* x, int n) { mmhgw::safe_log(x, n); }
+inline void neg_exp_n(float* x, int n, int d) {
+  const float inv_d = 1.0f / d;
+  map_v8(
+      x, n, x,
+      [&](mmhgw::v8f v) {
+        return mmhgw::vexp(-mmhgw::vmax(v, mmhgw::splat(0.0f)) * inv_d, -88.0f);
+      },
+      [&](float v) { return std::exp(-std::max(v, 0.0f) * inv_d); });
+}
+inline void neg_exp_n(double* x, int n, int d) {
+  for (int e = 0; e < n; ++e) x[e] = std::exp(-std::max(x[e], 0.0) / d);
+}
 
 // One location's components x [V][d]: XsT [d][V] <- x / a (a, the
 // power-of-two scale, returned), s [V] <- the mean squares (clamped so that
@@ -176,24 +200,6 @@ void structures_range(const scalar_t* X, const scalar_t* obs, int64_t begin,
       row[m * V + i] = s;
     }
   }
-}
-
-// x <- exp(-max(x, 0) / d) over n entries (the derivative's factor of
-// mmhgw::bounded).
-inline void neg_exp_n(float* x, int n, int d) {
-  using mmhgw::v8f;
-  const float inv_d = 1.0f / d;
-  int e = 0;
-  for (; e + 8 <= n; e += 8) {
-    v8f v;
-    std::memcpy(&v, x + e, sizeof v);
-    v = mmhgw::vexp(-mmhgw::vmax(v, mmhgw::splat(0.0f)) * inv_d, -88.0f);
-    std::memcpy(x + e, &v, sizeof v);
-  }
-  for (; e < n; ++e) x[e] = std::exp(-std::max(x[e], 0.0f) * inv_d);
-}
-inline void neg_exp_n(double* x, int n, int d) {
-  for (int e = 0; e < n; ++e) x[e] = std::exp(-std::max(x[e], 0.0) / d);
 }
 
 // Gradient of structures_range's C, row and kl (upstream gC [M, V, V],
