@@ -21,7 +21,6 @@ from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from mmhgw.ot import DISTANCE_FLOOR, kl_off_diagonal, source_factors, structure
 from .hgw_routing import _load_ext, resolve_backend
@@ -64,6 +63,10 @@ def runs_component_kernels(X_p: Tensor, beta: Tensor, obs_p: Optional[Tensor],
     return resolve_backend(backend, X_p.device) == 'cpp'
 
 
+#: The name the structures kernels' errors go by.
+STRUCTURES_OP = 'mmhgw::hgw_structures'
+
+
 class _ComponentTerms(torch.autograd.Function):
     """``(C_p, row, kl)`` of components [M, V_p, d] by the C++ kernels, the
     observed structure being their co-activations or none; keeps X_p and
@@ -79,7 +82,6 @@ class _ComponentTerms(torch.autograd.Function):
         return C_p, row, kl
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_C, grad_row, grad_kl):
         X, beta = ctx.saved_tensors
         M, V = X.shape[:2]
@@ -89,12 +91,31 @@ class _ComponentTerms(torch.autograd.Function):
             grad_row = X.new_zeros(M, V)
         if grad_kl is not None and grad_kl.numel() == 0:
             grad_kl = None
-        grad_X, grad_beta = _load_ext().hgw_structures_backward(
+        grad_X, grad_beta = _ComponentTermsBackward.apply(
+            grad_C, grad_row, grad_kl, X, beta, ctx.use_observed)
+        return grad_X, grad_beta.reshape(beta.shape), None, None
+
+
+class _ComponentTermsBackward(torch.autograd.Function):
+    """The backward kernel, as a node that refuses to be differentiated
+    (second-order gradients) with an error naming the op."""
+
+    @staticmethod
+    def forward(ctx, grad_C, grad_row, grad_kl, X, beta, use_observed):
+        return tuple(_load_ext().hgw_structures_backward(
             grad_C=grad_C.contiguous(), grad_row=grad_row.contiguous(),
             grad_kl=None if grad_kl is None else grad_kl.contiguous(), X=X,
-            beta=beta.reshape(1), use_observed=ctx.use_observed,
-            floor=DISTANCE_FLOOR)
-        return grad_X, grad_beta.reshape(beta.shape), None, None
+            beta=beta.reshape(1), use_observed=use_observed,
+            floor=DISTANCE_FLOOR))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f'{STRUCTURES_OP} is once differentiable: its backward (the '
+            f'gradient of the components\' structures and regulariser term) '
+            f'has no gradient of its own, so second-order gradients (double '
+            f'backward, gradient penalties) through the capsule layer are not '
+            f'supported')
 
 
 def _kernel_terms(X_p, beta, obs_p, use_observed, want_kl):

@@ -206,3 +206,15 @@ def test_kernel_gradient_is_finite_at_any_size(scale):
     out = component_terms(X, b)
     grads = torch.autograd.grad(sum(t.sum() for t in out), (X, b))
     assert all(t.isfinite().all() for t in (*out, *grads))
+
+
+@needs_ext
+def test_kernel_refuses_second_order_gradients_naming_the_op():
+    X = components((3, ), 32, 8, torch.float64).requires_grad_()
+    b = torch.tensor(0.5, dtype=torch.float64)
+    C_p, row, kl = component_terms(X, b)
+    (grad, ) = torch.autograd.grad(C_p.square().sum() + kl, X,
+                                   create_graph=True)
+    with pytest.raises(RuntimeError,
+                       match='mmhgw::hgw_structures is once differentiable'):
+        grad.square().sum().backward()

@@ -133,13 +133,16 @@ def test_large_inputs_give_a_finite_output_as_conv2d(routing, scale):
         assert torch.isfinite(caps(x)).all()
 
 
-def test_second_order_gradients_are_refused_naming_the_op():
+@pytest.mark.parametrize('backend', ['torch', 'auto'])
+def test_second_order_gradients_are_refused_naming_the_op(backend):
     """Double backward through the layer used to drop the routing op's
-    term (about 99% of the second-order gradient) without an error."""
-    caps = small_caps()
+    term (about 99% of the second-order gradient) without an error; the
+    structures kernels (on the CPU with the C++ backend) refuse it too."""
+    caps = small_caps(backend=backend)
     x = torch.randn(1, 16, 4, 4, requires_grad=True)
     (grad, ) = torch.autograd.grad(
         caps(x).square().sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match='mmhgw::hgw_routing is once '
-                       'differentiable'):
+    with pytest.raises(
+            RuntimeError, match=r'mmhgw::hgw_(routing|structures) is once '
+            'differentiable'):
         grad.square().sum().backward()
