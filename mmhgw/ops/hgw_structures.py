@@ -33,9 +33,15 @@ def component_structures_reference(
     [..., V_p, d]: :func:`mmhgw.ot.structure` (``obs_p`` the observed
     structure, the co-activations of X_p when None) and
     :func:`mmhgw.ot.source_factors` of the KL loss with ``p = 1 / V_p``."""
-    C_p = structure(X_p, beta, obs_p, use_observed)[0]
+    return _reference_terms(X_p, beta, obs_p, use_observed, False)[:2]
+
+
+def _reference_terms(X_p, beta, obs_p, use_observed, want_kl):
+    """The composition's ``(C_p, row, L(K(X_p, X_p), C_obs) or None)``."""
+    C_p, K, obs = structure(X_p, beta, obs_p, use_observed)
     p = X_p.new_full((X_p.shape[-2], ), 1.0 / X_p.shape[-2])
-    return C_p, source_factors(C_p, p)[0]
+    kl = kl_off_diagonal(K, obs.detach()) if want_kl else None
+    return C_p, source_factors(C_p, p)[0], kl
 
 
 def _needs_grad(*tensors) -> bool:
@@ -169,9 +175,6 @@ def component_terms(X_p: Tensor, beta: Tensor, obs_p: Optional[Tensor] = None,
     :func:`mmhgw.ot.kl_off_diagonal` (0-dim, averaged over the leading
     dims; ``C_obs`` a fixed target, all ones without observed structure)."""
     if not runs_component_kernels(X_p, beta, obs_p, backend):
-        C_p, K, obs = structure(X_p, beta, obs_p, use_observed)
-        p = X_p.new_full((X_p.shape[-2], ), 1.0 / X_p.shape[-2])
-        return (C_p, source_factors(C_p,
-                                    p)[0], kl_off_diagonal(K, obs.detach()))
+        return _reference_terms(X_p, beta, obs_p, use_observed, True)
     C_p, row, kl = _kernel_terms(X_p, beta, obs_p, use_observed, True)
     return C_p, row, kl.mean()

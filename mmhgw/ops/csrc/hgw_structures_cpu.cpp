@@ -181,15 +181,14 @@ void structures_range(const scalar_t* X, const scalar_t* obs, int64_t begin,
     bounded_n(buf, V * V, d, c);  // 1 - exp(-max(sq, 0) / d)
     for (int e = 0; e < V * V; ++e) c[e] = floor + (1 - floor) * c[e];
     if (kl) kl[m] = kl_off_diagonal(c, observed, pres, o, V, buf, buf2);
-    // C = (1 - beta) C_obs + beta K (mmhgw.ot.structure).
-    if (observed == Observed::kCoactivation) {
+    // C = (1 - beta) C_obs + beta K (mmhgw.ot.structure); K alone without
+    // observed structure.
+    if (observed != Observed::kNone)
       for (int i = 0; i < V; ++i)
         for (int j = 0; j < V; ++j)
           c[i * V + j] =
-              (1 - beta) * (1 / (1 + pres[i] * pres[j])) + beta * c[i * V + j];
-    } else if (observed == Observed::kGiven) {
-      for (int e = 0; e < V * V; ++e) c[e] = (1 - beta) * o[e] + beta * c[e];
-    }
+              (1 - beta) * observed_entry(observed, pres, o, V, i, j) +
+              beta * c[i * V + j];
     // Row factor of the KL loss: sum_j (C log C - C)_ij p_j, p = 1 / V.
     std::copy(c, c + V * V, buf);
     safe_log_n(buf, V * V);
@@ -220,15 +219,16 @@ void structures_backward_range(const scalar_t* gC, const scalar_t* grow,
                                int64_t begin, int64_t end, int V, int d,
                                scalar_t beta, scalar_t floor, Observed observed,
                                scalar_t* gX, scalar_t* gbeta) {
-  std::vector<scalar_t> work(V * d + 3 * V + 4 * V * V);
+  std::vector<scalar_t> work(V * d + 3 * V + 5 * V * V);
   scalar_t* XsT = work.data();
   scalar_t* s = XsT + V * d;
   scalar_t* pres = s + V;
   scalar_t* da = pres + V;
-  scalar_t* sq = da + V;     // squared distances, then exp(-sq / d)
-  scalar_t* K = sq + V * V;  // K, then its log
-  scalar_t* Ct = K + V * V;  // upstream of C with the row factor's
-  scalar_t* G = Ct + V * V;  // log C, then dsq, then dsq + dsq^T
+  scalar_t* sq = da + V;      // squared distances, then exp(-sq / d)
+  scalar_t* K = sq + V * V;   // K, then its log
+  scalar_t* Ob = K + V * V;   // C_obs, then its log
+  scalar_t* Ct = Ob + V * V;  // upstream of C with the row factor's
+  scalar_t* G = Ct + V * V;   // log C, then dsq, then dsq + dsq^T
   const scalar_t big = std::numeric_limits<scalar_t>::max();
   const scalar_t inv_V = scalar_t(1) / V;
   const bool mixed = observed == Observed::kCoactivation;
@@ -240,15 +240,12 @@ void structures_backward_range(const scalar_t* gC, const scalar_t* grow,
     bounded_n(sq, V * V, d, K);
     neg_exp_n(sq, V * V, d);
     for (int e = 0; e < V * V; ++e) K[e] = floor + (1 - floor) * K[e];
-    // C, its log, and Ct.
+    // C_obs, C, its log, and Ct.
     for (int i = 0; i < V; ++i)
-      for (int j = 0; j < V; ++j) {
-        const int e = i * V + j;
-        G[e] =
-            mixed ? (1 - beta) * observed_entry(observed, pres, none, V, i, j) +
-                        beta * K[e]
-                  : K[e];
-      }
+      for (int j = 0; j < V; ++j)
+        Ob[i * V + j] = observed_entry(observed, pres, none, V, i, j);
+    for (int e = 0; e < V * V; ++e)
+      G[e] = mixed ? (1 - beta) * Ob[e] + beta * K[e] : K[e];
     safe_log_n(G, V * V);
     for (int i = 0; i < V; ++i) {
       const scalar_t gr = grow[m * V + i] * inv_V;
@@ -257,16 +254,12 @@ void structures_backward_range(const scalar_t* gC, const scalar_t* grow,
     }
     scalar_t gb = 0;
     if (mixed) {
-      for (int i = 0; i < V; ++i)
-        for (int j = 0; j < V; ++j) {
-          const scalar_t t = 1 / (1 + pres[i] * pres[j]);
-          gb += (K[i * V + j] - t) * Ct[i * V + j];
-        }
+      for (int e = 0; e < V * V; ++e) gb += (K[e] - Ob[e]) * Ct[e];
       // Presences: dC_obs = (1 - beta) Ct, symmetric C_obs.
       for (int i = 0; i < V; ++i) {
         scalar_t acc = 0;
         for (int j = 0; j < V; ++j) {
-          const scalar_t t = 1 / (1 + pres[i] * pres[j]);
+          const scalar_t t = Ob[i * V + j];
           acc += (Ct[i * V + j] + Ct[j * V + i]) * pres[j] * t * t;
         }
         da[i] = -(1 - beta) * acc;
@@ -278,15 +271,12 @@ void structures_backward_range(const scalar_t* gC, const scalar_t* grow,
     for (int e = 0; e < V * V; ++e) G[e] = wk * Ct[e];
     const scalar_t g_kl = gkl && V > 1 ? gkl[m] / (V * (V - 1)) : scalar_t(0);
     if (g_kl != 0) {
-      // log K - log C_obs off the diagonal (Ct is free from here on).
-      for (int i = 0; i < V; ++i)
-        for (int j = 0; j < V; ++j)
-          Ct[i * V + j] = observed_entry(observed, pres, none, V, i, j);
+      // log K - log C_obs off the diagonal.
       safe_log_n(K, V * V);
-      safe_log_n(Ct, V * V);
+      safe_log_n(Ob, V * V);
       for (int i = 0; i < V; ++i)
         for (int j = 0; j < V; ++j)
-          if (i != j) G[i * V + j] += g_kl * (K[i * V + j] - Ct[i * V + j]);
+          if (i != j) G[i * V + j] += g_kl * (K[i * V + j] - Ob[i * V + j]);
     }
     // dsq, symmetrised.
     const scalar_t ck = (1 - floor) / d;
