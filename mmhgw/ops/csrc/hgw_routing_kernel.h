@@ -330,27 +330,46 @@ inline void times_h2t_simd(const V* A, const V* H2T, V* C) {
   }
 }
 
-// C = h1 T h2^T for V_q = 8, with A = h1 T (four rows at a time: one
-// load of T[k] feeds four multiply-adds; h1 is the location's, shared by
-// the problems of a vector).
+// C = h1 T h2^T for V_q = 8, with A = h1 T (eight rows at a time: one
+// load of T[k] feeds eight independent multiply-add chains, enough to keep
+// the FMA units busy through their latency; h1 is the location's, shared
+// by the problems of a vector).
 template <typename V, int VP>
 inline void gw_product_simd(const float* __restrict__ h1, const V* T,
                             const V* H2T, V* A, V* C) {
-  for (int i = 0; i < VP; i += 4) {
-    V a0 = splat<V>(0.0f), a1 = a0, a2 = a0, a3 = a0;
+  for (int i = 0; i < VP; i += 8) {
+    V a[8];
+    for (int r = 0; r < 8; ++r) a[r] = splat<V>(0.0f);
     for (int k = 0; k < VP; ++k) {
       const V t = T[k];
-      a0 += h1[i * VP + k] * t;
-      a1 += h1[(i + 1) * VP + k] * t;
-      a2 += h1[(i + 2) * VP + k] * t;
-      a3 += h1[(i + 3) * VP + k] * t;
+      for (int r = 0; r < 8; ++r) a[r] += h1[(i + r) * VP + k] * t;
     }
-    A[i] = a0;
-    A[i + 1] = a1;
-    A[i + 2] = a2;
-    A[i + 3] = a3;
+    for (int r = 0; r < 8; ++r) A[i + r] = a[r];
   }
   times_h2t_simd<V, VP>(A, H2T, C);
+}
+
+// fn(b, r) for every row i = 8 b + r < VP (a multiple of 8), with r a
+// compile-time constant after unrolling: broadcasting lane r of a block
+// (row_lane) is then one shuffle by a constant pattern, with no index
+// arithmetic.
+template <int VP, typename Fn>
+inline void for_rows(Fn fn) {
+  for (int b = 0; b < VP / 8; ++b) {
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) fn(b, r);
+  }
+}
+
+// sum over rows of term(b, r) (as for_rows), in four interleaved partial
+// sums: a single chain of VP dependent additions would bound the Sinkhorn
+// loops by the adder's latency rather than its throughput.
+template <typename V, int VP, typename Term>
+inline V sum_rows(Term term) {
+  V s[4];
+  for (int k = 0; k < 4; ++k) s[k] = splat<V>(0.0f);
+  for_rows<VP>([&](int b, int r) { s[r % 4] += term(b, r); });
+  return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 // The plans of the problems of one vector (V_p = VP rows, a multiple of 8,
@@ -377,10 +396,6 @@ void solve_plan_simd(const float* __restrict__ h1,
   V f[R], u[R];  // row potentials and scalings: lane k <-> row 8 b + k
   V g, v;
   V* A = A_out;
-  // Row i's entry of a per-row array of blocks, broadcast in each half.
-  auto at_row = [](const V* blocks, int i) {
-    return row_lane(blocks[i / 8], i % 8);
-  };
   const float T0 = std::exp(log_p + log_q);
   for (int i = 0; i < VP; ++i) T[i] = splat<V>(T0);
   // h1 T h2^T at the uniform plan T_0 from the location's h1 T_0.
@@ -394,9 +409,10 @@ void solve_plan_simd(const float* __restrict__ h1,
       gw_product_uniform();
     else
       gw_product_simd<V, VP>(h1, T, H2T, A, C);
-    V acc = splat<V>(0.0f);
-    for (int i = 0; i < VP; ++i)
-      acc += ((row[i] + colv) - C[i] + beta * K[i]) * T[i];
+    V acc = sum_rows<V, VP>([&](int b, int r) {
+      const int i = 8 * b + r;
+      return ((row[i] + colv) - C[i] + beta * K[i]) * T[i];
+    });
     std::memcpy(T_out, T, sizeof(T));
     acc = half_sum(acc);
     for (int h = 0; h < G; ++h) values[h] = acc[8 * h];
@@ -433,11 +449,8 @@ void solve_plan_simd(const float* __restrict__ h1,
       f[b] = log_p - (vlog(sum) + mx);
       u[b] = p / sum;
     }
-    V cs = splat<V>(0.0f);
-    for (int i = 0; i < VP; ++i) {
-      Mx[i] *= at_row(u, i);
-      cs += Mx[i];
-    }
+    for_rows<VP>([&](int b, int r) { Mx[8 * b + r] *= row_lane(u[b], r); });
+    V cs = sum_rows<V, VP>([&](int b, int r) { return Mx[8 * b + r]; });
     if (all_lanes(cs >= p * kSafeColumn)) {
       const V w = q / cs;
       g += vlog(w);
@@ -445,12 +458,12 @@ void solve_plan_simd(const float* __restrict__ h1,
     } else {
       // g = log q - LSE_i(logk + f), then M.
       V cm = splat<V>(-std::numeric_limits<float>::infinity());
-      for (int i = 0; i < VP; ++i) {
-        tmp[i] = LK[i] + at_row(f, i);
-        cm = vmax(cm, tmp[i]);
-      }
-      cs = splat<V>(0.0f);
-      for (int i = 0; i < VP; ++i) cs += vexp(tmp[i] - cm, lo);
+      for_rows<VP>([&](int b, int r) {
+        tmp[8 * b + r] = LK[8 * b + r] + row_lane(f[b], r);
+        cm = vmax(cm, tmp[8 * b + r]);
+      });
+      cs = sum_rows<V, VP>(
+          [&](int b, int r) { return vexp(tmp[8 * b + r] - cm, lo); });
       g = log_q - (vlog(cs) + cm);
       for (int i = 0; i < VP; ++i) Mx[i] = vexp(tmp[i] + g, lo);
     }
@@ -464,21 +477,23 @@ void solve_plan_simd(const float* __restrict__ h1,
           const V sb = reduce_rows(x, add_op<V>);
           u[b] = p / vmax(sb, splat<V>(tn));
         }
-        V c = splat<V>(0.0f);
-        for (int i = 0; i < VP; ++i) c += at_row(u, i) * Mx[i];
+        const V c = sum_rows<V, VP>(
+            [&](int b, int r) { return row_lane(u[b], r) * Mx[8 * b + r]; });
         v = q / vmax(c, splat<V>(tn));
       }
       for (int b = 0; b < R; ++b) f[b] += vlog(u[b]);
       g += vlog(v);
-      for (int i = 0; i < VP; ++i) {
-        T[i] = Mx[i] * at_row(u, i) * v;
-        LT[i] = LK[i] + at_row(f, i) + g;
-      }
+      for_rows<VP>([&](int b, int r) {
+        const int i = 8 * b + r;
+        T[i] = Mx[i] * row_lane(u[b], r) * v;
+        LT[i] = LK[i] + row_lane(f[b], r) + g;
+      });
     } else {
-      for (int i = 0; i < VP; ++i) {
-        LT[i] = LK[i] + at_row(f, i) + g;
+      for_rows<VP>([&](int b, int r) {
+        const int i = 8 * b + r;
+        LT[i] = LK[i] + row_lane(f[b], r) + g;
         T[i] = Mx[i];
-      }
+      });
     }
   }
   if (!o.round_plan) return finish();
@@ -488,8 +503,8 @@ void solve_plan_simd(const float* __restrict__ h1,
     const V k = vmin(p / vmax(rs, splat<V>(tn)), splat<V>(1.0f));
     for (int r = 0; r < 8; ++r) T[8 * b + r] *= row_lane(k, r);
   }
-  V cs = splat<V>(0.0f);
-  for (int i = 0; i < VP; ++i) cs += T[i];
+  auto plan_entry = [&](int b, int r) { return T[8 * b + r]; };
+  V cs = sum_rows<V, VP>(plan_entry);
   const V kc = vmin(q / vmax(cs, splat<V>(tn)), splat<V>(1.0f));
   for (int i = 0; i < VP; ++i) T[i] *= kc;
   V total = splat<V>(0.0f);
@@ -499,13 +514,12 @@ void solve_plan_simd(const float* __restrict__ h1,
     total += u[b];
   }
   total = half_sum(total);
-  cs = splat<V>(0.0f);
-  for (int i = 0; i < VP; ++i) cs += T[i];
+  cs = sum_rows<V, VP>(plan_entry);
   const V dq = vmax(q - cs, splat<V>(0.0f));
   // Per problem: no correction below sqrt(tiny) (see Solver).
   const V coef =
       total > std::sqrt(tn) ? dq / vmax(total, splat<V>(tn)) : splat<V>(0.0f);
-  for (int i = 0; i < VP; ++i) T[i] += at_row(u, i) * coef;
+  for_rows<VP>([&](int b, int r) { T[8 * b + r] += row_lane(u[b], r) * coef; });
   return finish();
 }
 
