@@ -17,8 +17,10 @@ routing_module = importlib.import_module('mmhgw.ops.hgw_routing')
 
 #: (M, N, V_p, V_q, d): odd sizes (the generic loops), and the layer's
 #: shapes (V_q = 8 with V_p = 16 / 32: the SIMD path, its backward with
-#: d = 8; an odd number of types; d = 5).
-SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 5, 32, 8, 8), (2, 3, 32, 8, 5)]
+#: d = 8; numbers of types that leave the SIMD path's groups of up to four
+#: a tail of one, two or three; d = 5).
+SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 5, 32, 8, 8), (2, 3, 32, 8, 5),
+         (1, 6, 16, 8, 8)]
 
 
 def make_inputs(M, N, V_p, V_q, d, dtype, seed=0):

@@ -330,23 +330,28 @@ inline void times_h2t_simd(const V* A, const V* H2T, V* C) {
   }
 }
 
-// C = h1 T h2^T for V_q = 8, with A = h1 T (eight rows at a time: one
-// load of T[k] feeds eight independent multiply-add chains, enough to keep
-// the FMA units busy through their latency; h1 is the location's, shared
-// by the problems of a vector).
-template <typename V, int VP>
-inline void gw_product_simd(const float* __restrict__ h1, const V* T,
-                            const V* H2T, V* A, V* C) {
-  for (int i = 0; i < VP; i += 8) {
-    V a[8];
-    for (int r = 0; r < 8; ++r) a[r] = splat<V>(0.0f);
-    for (int k = 0; k < VP; ++k) {
-      const V t = T[k];
-      for (int r = 0; r < 8; ++r) a[r] += h1[(i + r) * VP + k] * t;
-    }
-    for (int r = 0; r < 8; ++r) A[i + r] = a[r];
+// C = h1 T h2^T for V_q = 8 and the NV vectors of plans T[n], with
+// A = h1 T: 8 / NV rows at a time, so that each load of a row of h1 feeds
+// NV multiply-adds and eight independent chains keep the FMA units busy
+// through their latency (h1 is the location's, shared by every problem).
+template <typename V, int VP, int NV>
+inline void gw_product_simd(const float* __restrict__ h1, const V (*T)[VP],
+                            const V (*H2T)[8], V (*A)[VP], V (*C)[VP]) {
+  static_assert(8 % NV == 0, "NV must divide 8");
+  constexpr int RP = 8 / NV;  // rows per pass
+  for (int i = 0; i < VP; i += RP) {
+    V a[NV][RP];
+    for (int n = 0; n < NV; ++n)
+      for (int r = 0; r < RP; ++r) a[n][r] = splat<V>(0.0f);
+    for (int k = 0; k < VP; ++k)
+      for (int r = 0; r < RP; ++r) {
+        const float h = h1[(i + r) * VP + k];
+        for (int n = 0; n < NV; ++n) a[n][r] += h * T[n][k];
+      }
+    for (int n = 0; n < NV; ++n)
+      for (int r = 0; r < RP; ++r) A[n][i + r] = a[n][r];
   }
-  times_h2t_simd<V, VP>(A, H2T, C);
+  for (int n = 0; n < NV; ++n) times_h2t_simd<V, VP>(A[n], H2T[n], C[n]);
 }
 
 // fn(b, r) for every row i = 8 b + r < VP (a multiple of 8), with r a
@@ -372,18 +377,21 @@ inline V sum_rows(Term term) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-// The plans of the problems of one vector (V_p = VP rows, a multiple of 8,
-// and V_q = 8), the same iterates as Solver::solve_plan, into T_out [VP];
-// leaves h1 T in A_out [VP] and the value at each plan (Eq. 21) in
-// values[0 .. G). Per-problem inputs (h2^T, the column term, the bounded
-// cross cost K) are interleaved like the rows. h1T0 [VP]: the location's
-// h1 T_0, one number per row (T_0 is constant).
-template <typename V, int VP>
+// The plans of the problems of NV vectors (V_p = VP rows, a multiple of 8,
+// and V_q = 8), the same iterates as Solver::solve_plan, into T_out[n];
+// leaves h1 T in A[n] and the value at each plan (Eq. 21) in
+// values[n G + h] (problem h of vector n). Per-problem inputs (h2^T, the
+// column term, the bounded cross cost K) are interleaved like the rows.
+// h1T0 [VP]: the location's h1 T_0, one number per row (T_0 is constant).
+// Every step runs over the NV vectors side by side: the Sinkhorn scalings
+// are one long chain of dependent operations per vector, and independent
+// chains next to each other let the core overlap them.
+template <typename V, int VP, int NV>
 void solve_plan_simd(const float* __restrict__ h1,
-                     const float* __restrict__ h1T0, const V* H2T,
-                     const float* __restrict__ row, const V colv, const V* K,
-                     const Options& o, V* __restrict__ T_out,
-                     V* __restrict__ A_out, float* values) {
+                     const float* __restrict__ h1T0, const V (*H2T)[8],
+                     const float* __restrict__ row, const V* colv,
+                     const V (*K)[VP], const Options& o, V (*T_out)[VP],
+                     V (*A)[VP], float* values) {
   static_assert(VP % 8 == 0, "VP must be a multiple of 8");
   constexpr int R = VP / 8;           // blocks of eight rows
   constexpr int G = Lanes<V>::W / 8;  // problems per vector
@@ -392,134 +400,162 @@ void solve_plan_simd(const float* __restrict__ h1,
   const float lo = exp_floor<float>(), tn = tiny<float>();
   const float beta = static_cast<float>(o.beta),
               eps = static_cast<float>(o.eps);
-  V T[VP], LT[VP], LK[VP], C[VP], tmp[VP];
-  V f[R], u[R];  // row potentials and scalings: lane k <-> row 8 b + k
-  V g, v;
-  V* A = A_out;
+  V T[NV][VP], LT[NV][VP], LK[NV][VP], C[NV][VP], Mx[NV][VP];
+  V f[NV][R], u[NV][R];  // row potentials, scalings: lane k <-> row 8 b + k
+  V g[NV], v[NV];
   const float T0 = std::exp(log_p + log_q);
-  for (int i = 0; i < VP; ++i) T[i] = splat<V>(T0);
+  for (int n = 0; n < NV; ++n)
+    for (int i = 0; i < VP; ++i) T[n][i] = splat<V>(T0);
   // h1 T h2^T at the uniform plan T_0 from the location's h1 T_0.
   auto gw_product_uniform = [&]() {
-    for (int i = 0; i < VP; ++i) A[i] = splat<V>(h1T0[i]);
-    times_h2t_simd<V, VP>(A, H2T, C);
+    for (int n = 0; n < NV; ++n) {
+      for (int i = 0; i < VP; ++i) A[n][i] = splat<V>(h1T0[i]);
+      times_h2t_simd<V, VP>(A[n], H2T[n], C[n]);
+    }
   };
   auto finish = [&]() {
     // Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
     if (o.uniform)
       gw_product_uniform();
     else
-      gw_product_simd<V, VP>(h1, T, H2T, A, C);
-    V acc = sum_rows<V, VP>([&](int b, int r) {
-      const int i = 8 * b + r;
-      return ((row[i] + colv) - C[i] + beta * K[i]) * T[i];
-    });
-    std::memcpy(T_out, T, sizeof(T));
-    acc = half_sum(acc);
-    for (int h = 0; h < G; ++h) values[h] = acc[8 * h];
+      gw_product_simd<V, VP, NV>(h1, T, H2T, A, C);
+    for (int n = 0; n < NV; ++n) {
+      const V acc = half_sum(sum_rows<V, VP>([&](int b, int r) {
+        const int i = 8 * b + r;
+        return ((row[i] + colv[n]) - C[n][i] + beta * K[n][i]) * T[n][i];
+      }));
+      std::memcpy(T_out[n], T[n], sizeof(T[n]));
+      for (int h = 0; h < G; ++h) values[n * G + h] = acc[8 * h];
+    }
   };
   if (o.uniform) return finish();
-  for (int i = 0; i < VP; ++i) LT[i] = splat<V>(log_p + log_q);
-  g = splat<V>(0.0f);
+  for (int n = 0; n < NV; ++n) {
+    for (int i = 0; i < VP; ++i) LT[n][i] = splat<V>(log_p + log_q);
+    g[n] = splat<V>(0.0f);
+  }
   const float prox = o.proximal ? 1.0f : 0.0f;
+  // Times -1 / eps rather than dividing by eps as the reference does: one
+  // rounding more, against a division (the slowest vector instruction
+  // here) per row and step.
+  const float minus_inv_eps = -1.0f / eps;
   for (int step = 0; step < o.outer; ++step) {
     // cost = row 1^T + 1 col^T - h1 T h2^T + beta K (Eq. 10, 25a); from
     // the uniform plan, h1 T is the location's h1 T_0.
     if (step == 0)
       gw_product_uniform();
     else
-      gw_product_simd<V, VP>(h1, T, H2T, A, C);
-    for (int i = 0; i < VP; ++i)
-      LK[i] = -((row[i] + colv) - C[i] + beta * K[i]) / eps + prox * LT[i];
+      gw_product_simd<V, VP, NV>(h1, T, H2T, A, C);
+    for (int n = 0; n < NV; ++n)
+      for (int i = 0; i < VP; ++i)
+        LK[n][i] =
+            ((row[i] + colv[n]) - C[n][i] + beta * K[n][i]) * minus_inv_eps +
+            prox * LT[n][i];
     // One log-domain iteration, then M = exp(logk + f + g). f = log p -
     // LSE_j(logk + g), eight rows at a time, keeping the shifted kernel
     // exp(logk + g - max_j) in Mx and u = p / its row sums: Mx u is then
     // exp(logk + f + g) with the old g, so the column update
     // g += log(q / (u^T Mx)) and M = Mx u q / (u^T Mx) need no further
     // exp. Exact unless a column of Mx u is so small that the floor of its
-    // entries matters; such a problem takes the column update in the log
+    // entries matters; such a vector takes the column update in the log
     // domain.
-    V* Mx = tmp;
-    for (int b = 0; b < R; ++b) {
-      V x[8];
-      for (int k = 0; k < 8; ++k) x[k] = LK[8 * b + k] + g;
-      const V mx = reduce_rows(x, max_op<V>);
-      V* e = Mx + 8 * b;
-      for (int k = 0; k < 8; ++k) e[k] = vexp(x[k] - row_lane(mx, k), lo);
-      const V sum = reduce_rows(e, add_op<V>);  // >= 1: the row's max is 1
-      f[b] = log_p - (vlog(sum) + mx);
-      u[b] = p / sum;
-    }
-    for_rows<VP>([&](int b, int r) { Mx[8 * b + r] *= row_lane(u[b], r); });
-    V cs = sum_rows<V, VP>([&](int b, int r) { return Mx[8 * b + r]; });
-    if (all_lanes(cs >= p * kSafeColumn)) {
-      const V w = q / cs;
-      g += vlog(w);
-      for (int i = 0; i < VP; ++i) Mx[i] *= w;
-    } else {
-      // g = log q - LSE_i(logk + f), then M.
-      V cm = splat<V>(-std::numeric_limits<float>::infinity());
-      for_rows<VP>([&](int b, int r) {
-        tmp[8 * b + r] = LK[8 * b + r] + row_lane(f[b], r);
-        cm = vmax(cm, tmp[8 * b + r]);
-      });
-      cs = sum_rows<V, VP>(
-          [&](int b, int r) { return vexp(tmp[8 * b + r] - cm, lo); });
-      g = log_q - (vlog(cs) + cm);
-      for (int i = 0; i < VP; ++i) Mx[i] = vexp(tmp[i] + g, lo);
+    for (int b = 0; b < R; ++b)
+      for (int n = 0; n < NV; ++n) {
+        V x[8];
+        for (int k = 0; k < 8; ++k) x[k] = LK[n][8 * b + k] + g[n];
+        const V mx = reduce_rows(x, max_op<V>);
+        V* e = Mx[n] + 8 * b;
+        for (int k = 0; k < 8; ++k) e[k] = vexp(x[k] - row_lane(mx, k), lo);
+        const V sum = reduce_rows(e, add_op<V>);  // >= 1: the row's max is 1
+        f[n][b] = log_p - (vlog(sum) + mx);
+        u[n][b] = p / sum;
+      }
+    for (int n = 0; n < NV; ++n) {
+      for_rows<VP>(
+          [&](int b, int r) { Mx[n][8 * b + r] *= row_lane(u[n][b], r); });
+      V cs = sum_rows<V, VP>([&](int b, int r) { return Mx[n][8 * b + r]; });
+      if (all_lanes(cs >= p * kSafeColumn)) {
+        const V w = q / cs;
+        g[n] += vlog(w);
+        for (int i = 0; i < VP; ++i) Mx[n][i] *= w;
+      } else {
+        // g = log q - LSE_i(logk + f), then M (Mx holds logk + f first).
+        V cm = splat<V>(-std::numeric_limits<float>::infinity());
+        for_rows<VP>([&](int b, int r) {
+          const int i = 8 * b + r;
+          Mx[n][i] = LK[n][i] + row_lane(f[n][b], r);
+          cm = vmax(cm, Mx[n][i]);
+        });
+        cs = sum_rows<V, VP>(
+            [&](int b, int r) { return vexp(Mx[n][8 * b + r] - cm, lo); });
+        g[n] = log_q - (vlog(cs) + cm);
+        for (int i = 0; i < VP; ++i) Mx[n][i] = vexp(Mx[n][i] + g[n], lo);
+      }
     }
     if (o.inner > 1) {
       // Stabilised kernel-domain iterations on M.
-      v = splat<V>(1.0f);
+      for (int n = 0; n < NV; ++n) v[n] = splat<V>(1.0f);
       for (int it = 0; it < o.inner - 1; ++it) {
-        for (int b = 0; b < R; ++b) {
-          V x[8];
-          for (int k = 0; k < 8; ++k) x[k] = Mx[8 * b + k] * v;
-          const V sb = reduce_rows(x, add_op<V>);
-          u[b] = p / vmax(sb, splat<V>(tn));
+        for (int b = 0; b < R; ++b)
+          for (int n = 0; n < NV; ++n) {
+            V x[8];
+            for (int k = 0; k < 8; ++k) x[k] = Mx[n][8 * b + k] * v[n];
+            const V sb = reduce_rows(x, add_op<V>);
+            u[n][b] = p / vmax(sb, splat<V>(tn));
+          }
+        for (int n = 0; n < NV; ++n) {
+          const V c = sum_rows<V, VP>([&](int b, int r) {
+            return row_lane(u[n][b], r) * Mx[n][8 * b + r];
+          });
+          v[n] = q / vmax(c, splat<V>(tn));
         }
-        const V c = sum_rows<V, VP>(
-            [&](int b, int r) { return row_lane(u[b], r) * Mx[8 * b + r]; });
-        v = q / vmax(c, splat<V>(tn));
       }
-      for (int b = 0; b < R; ++b) f[b] += vlog(u[b]);
-      g += vlog(v);
-      for_rows<VP>([&](int b, int r) {
-        const int i = 8 * b + r;
-        T[i] = Mx[i] * row_lane(u[b], r) * v;
-        LT[i] = LK[i] + row_lane(f[b], r) + g;
-      });
+      for (int n = 0; n < NV; ++n) {
+        for (int b = 0; b < R; ++b) f[n][b] += vlog(u[n][b]);
+        g[n] += vlog(v[n]);
+        for_rows<VP>([&](int b, int r) {
+          const int i = 8 * b + r;
+          T[n][i] = Mx[n][i] * row_lane(u[n][b], r) * v[n];
+          LT[n][i] = LK[n][i] + row_lane(f[n][b], r) + g[n];
+        });
+      }
     } else {
-      for_rows<VP>([&](int b, int r) {
-        const int i = 8 * b + r;
-        LT[i] = LK[i] + row_lane(f[b], r) + g;
-        T[i] = Mx[i];
-      });
+      for (int n = 0; n < NV; ++n)
+        for_rows<VP>([&](int b, int r) {
+          const int i = 8 * b + r;
+          LT[n][i] = LK[n][i] + row_lane(f[n][b], r) + g[n];
+          T[n][i] = Mx[n][i];
+        });
     }
   }
   if (!o.round_plan) return finish();
   // Rounding onto Gamma(p, q) (mmhgw.ot.round_to_polytope).
-  for (int b = 0; b < R; ++b) {
-    const V rs = reduce_rows(T + 8 * b, add_op<V>);
-    const V k = vmin(p / vmax(rs, splat<V>(tn)), splat<V>(1.0f));
-    for (int r = 0; r < 8; ++r) T[8 * b + r] *= row_lane(k, r);
+  for (int n = 0; n < NV; ++n) {
+    V* t = T[n];
+    V* d = u[n];  // the rows' deficits
+    for (int b = 0; b < R; ++b) {
+      const V rs = reduce_rows(t + 8 * b, add_op<V>);
+      const V k = vmin(p / vmax(rs, splat<V>(tn)), splat<V>(1.0f));
+      for (int r = 0; r < 8; ++r) t[8 * b + r] *= row_lane(k, r);
+    }
+    auto plan_entry = [&](int b, int r) { return t[8 * b + r]; };
+    V cs = sum_rows<V, VP>(plan_entry);
+    const V kc = vmin(q / vmax(cs, splat<V>(tn)), splat<V>(1.0f));
+    for (int i = 0; i < VP; ++i) t[i] *= kc;
+    V total = splat<V>(0.0f);
+    for (int b = 0; b < R; ++b) {
+      const V rs = reduce_rows(t + 8 * b, add_op<V>);
+      d[b] = vmax(p - rs, splat<V>(0.0f));
+      total += d[b];
+    }
+    total = half_sum(total);
+    cs = sum_rows<V, VP>(plan_entry);
+    const V dq = vmax(q - cs, splat<V>(0.0f));
+    // Per problem: no correction below sqrt(tiny) (see Solver).
+    const V coef =
+        total > std::sqrt(tn) ? dq / vmax(total, splat<V>(tn)) : splat<V>(0.0f);
+    for_rows<VP>(
+        [&](int b, int r) { t[8 * b + r] += row_lane(d[b], r) * coef; });
   }
-  auto plan_entry = [&](int b, int r) { return T[8 * b + r]; };
-  V cs = sum_rows<V, VP>(plan_entry);
-  const V kc = vmin(q / vmax(cs, splat<V>(tn)), splat<V>(1.0f));
-  for (int i = 0; i < VP; ++i) T[i] *= kc;
-  V total = splat<V>(0.0f);
-  for (int b = 0; b < R; ++b) {
-    const V rs = reduce_rows(T + 8 * b, add_op<V>);
-    u[b] = vmax(p - rs, splat<V>(0.0f));
-    total += u[b];
-  }
-  total = half_sum(total);
-  cs = sum_rows<V, VP>(plan_entry);
-  const V dq = vmax(q - cs, splat<V>(0.0f));
-  // Per problem: no correction below sqrt(tiny) (see Solver).
-  const V coef =
-      total > std::sqrt(tn) ? dq / vmax(total, splat<V>(tn)) : splat<V>(0.0f);
-  for_rows<VP>([&](int b, int r) { T[8 * b + r] += row_lane(u[b], r) * coef; });
   return finish();
 }
 
@@ -781,15 +817,18 @@ class Solver {
     return bad_location_ || ty.bad[n];
   }
 
-  // Problems solved together: two output types in lockstep where the
-  // SIMD path has 16-lane vectors (AVX-512), one otherwise.
+  // Problems solved together on the SIMD path: two vectors side by side
+  // (see solve_plan_simd), each holding two output types with 16-lane
+  // vectors (AVX-512) or one with 8 lanes; one problem elsewhere.
 #ifdef __AVX512F__
-  static constexpr int kGroup =
-      (std::is_same_v<scalar_t, float> && VQ == 8 && VP > 0 && VP % 8 == 0) ? 2
-                                                                            : 1;
+  static constexpr int kVectorProblems = 2;
 #else
-  static constexpr int kGroup = 1;
+  static constexpr int kVectorProblems = 1;
 #endif
+  static constexpr int kGroup =
+      (std::is_same_v<scalar_t, float> && VQ == 8 && VP > 0 && VP % 8 == 0)
+          ? 2 * kVectorProblems
+          : 1;
 
   // Per location m and types n .. n + count - 1 (count <= kGroup): cross
   // costs, then the plans; problem n + s is then in slot s.
@@ -1045,9 +1084,13 @@ class Solver {
 
   void solve_plan(int count) {
     if constexpr (kSimd) {
-      if constexpr (kGroup == 2)
-        if (count == 2) return solve_group<v16f>();
-      return solve_group<v8f>();
+#ifdef __AVX512F__
+      if (count > 2) return solve_group<v16f, 2>(count);
+      if (count == 2) return solve_group<v16f, 1>(count);
+#else
+      if (count == 2) return solve_group<v8f, 2>(count);
+#endif
+      return solve_group<v8f, 1>(count);
     }
     transpose(h2_[0], Vq, Vq, h2T.data());
     const scalar_t p = scalar_t(1) / Vp, q = scalar_t(1) / Vq;
@@ -1171,31 +1214,35 @@ class Solver {
     if (o_.round_plan) round_to_polytope(p, q);
   }
 
-  // The SIMD path for the G problems of a vector V: their per-type inputs
-  // interleaved by halves, solve_plan_simd, the plans and h1 T back into
-  // their slots.
-  template <typename V>
-  void solve_group() {
+  // The SIMD path for the first count problems (slots) of a group: slot s
+  // is half s % G of vector s / G. Their per-type inputs interleaved by
+  // halves, solve_plan_simd, the plans and h1 T back into their slots.
+  // Halves beyond count solve the last problem again (a group's tail).
+  template <typename V, int NV>
+  void solve_group(int count) {
     constexpr int G = Lanes<V>::W / 8;
-    V H2T[8], K[VP], TV[VP], AV[VP], colv;
-    float values[G];
-    for (int s = 0; s < G; ++s) {
-      for (int j = 0; j < 8; ++j) {
-        colv[8 * s + j] = col_[s][j];
-        for (int l = 0; l < 8; ++l) H2T[l][8 * s + j] = h2_[s][j * 8 + l];
+    V H2T[NV][8], K[NV][VP], TV[NV][VP], AV[NV][VP], colv[NV];
+    float values[NV * G];
+    for (int n = 0; n < NV; ++n)
+      for (int h = 0; h < G; ++h) {
+        const int s = std::min(n * G + h, count - 1);
+        for (int j = 0; j < 8; ++j) {
+          colv[n][8 * h + j] = col_[s][j];
+          for (int l = 0; l < 8; ++l) H2T[n][l][8 * h + j] = h2_[s][j * 8 + l];
+        }
+        for (int i = 0; i < VP; ++i)
+          std::memcpy(reinterpret_cast<char*>(&K[n][i]) + 32 * h,
+                      Kc.data() + s * P + 8 * i, 32);
       }
-      for (int i = 0; i < VP; ++i)
-        std::memcpy(reinterpret_cast<char*>(&K[i]) + 32 * s,
-                    Kc.data() + s * P + 8 * i, 32);
-    }
-    solve_plan_simd<V, VP>(h1_, h1T0.data(), H2T, row_, colv, K, o_, TV, AV,
-                           values);
-    for (int s = 0; s < G; ++s) {
+    solve_plan_simd<V, VP, NV>(h1_, h1T0.data(), H2T, row_, colv, K, o_, TV, AV,
+                               values);
+    for (int s = 0; s < count; ++s) {
+      const int n = s / G, h = s % G;
       for (int i = 0; i < VP; ++i) {
         std::memcpy(T.data() + s * P + 8 * i,
-                    reinterpret_cast<const char*>(&TV[i]) + 32 * s, 32);
+                    reinterpret_cast<const char*>(&TV[n][i]) + 32 * h, 32);
         std::memcpy(A.data() + s * P + 8 * i,
-                    reinterpret_cast<const char*>(&AV[i]) + 32 * s, 32);
+                    reinterpret_cast<const char*>(&AV[n][i]) + 32 * h, 32);
       }
       value_[s] = values[s];
     }
@@ -1253,15 +1300,14 @@ class Solver {
 
   const Options o_;
   const int Vp, Vq, P;
-  scalar_t value_[2] = {0, 0};    // SIMD path: values computed with the plans
-  bool bad_[2] = {false, false};  // per slot: a poisoned problem
+  scalar_t value_[kGroup] = {};  // SIMD path: values computed with the plans
+  bool bad_[kGroup] = {};        // per slot: a poisoned problem
   bool bad_location_ = false;
   scalar_t scale_ = 1;  // the location's power-of-two scale
   const scalar_t beta_, eps_;
   const scalar_t *xp_ = nullptr, *h1_ = nullptr, *row_ = nullptr;
   // Per slot: this type's parts, h2 and column term.
-  const scalar_t *xq_[2] = {nullptr, nullptr}, *h2_[2] = {nullptr, nullptr},
-                 *col_[2] = {nullptr, nullptr};
+  const scalar_t *xq_[kGroup] = {}, *h2_[kGroup] = {}, *col_[kGroup] = {};
   std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT, h2T,
       f, g, u, v, s, c, rmax, cmax, sqp, xps, h1T0;
 };
