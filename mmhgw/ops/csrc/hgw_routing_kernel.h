@@ -152,7 +152,8 @@ inline scalar_t power_of_two_scale(scalar_t top) {
 // (mmhgw.ot.scaled_squared_distance).
 template <typename scalar_t>
 struct Scaling {
-  scalar_t c, ra, rb;
+  scalar_t c = 1, ra = 1, rb = 1;
+  Scaling() = default;
   Scaling(scalar_t a, scalar_t b)
       : c(a > b ? a : b), ra(a / (a > b ? a : b)), rb(b / (a > b ? a : b)) {}
 };
@@ -561,32 +562,44 @@ void solve_plan_simd(const float* __restrict__ h1,
 
 // Cross cost for V_q = 8 from the scaled embeddings x' = x / a, y' = y / b
 // (see Scaling): sq[i] = (ra^2 |x'_i|^2 + rb^2 |y'|^2 - 2 ra rb x'_i . y')
-// c^2 over the eight parts y at once, K = 1 - exp(-max(sq, 0) / d).
-inline void cross_cost_v8(const float* __restrict__ xp,
-                          const float* __restrict__ xq,
-                          const float* __restrict__ sqp,
-                          const float* __restrict__ sqq, int Vp, int d,
-                          const Scaling<float>& sc, float* __restrict__ K,
-                          float* __restrict__ sq) {
+// c^2 over the eight parts y at once, K = 1 - exp(-max(sq, 0) / d), for
+// the G = W / 8 types of a vector together: type h (parts xq[h], their
+// squared norms sqq[h], scaling sc[h]; into K[h] and sq[h]) in half h.
+template <typename V>
+inline void cross_cost_simd(const float* __restrict__ xp,
+                            const float* const* xq,
+                            const float* __restrict__ sqp,
+                            const float* const* sqq, int Vp, int d,
+                            const Scaling<float>* sc, float* const* K,
+                            float* const* sq) {
+  constexpr int G = Lanes<V>::W / 8;
   // The parts transposed: XqT[e] holds coordinate e of the eight parts (on
   // the stack for the usual part sizes: this runs once per problem).
-  v8f small[16];
-  std::vector<v8f> large(d > 16 ? d : 0);
-  v8f* XqT = d > 16 ? large.data() : small;
-  for (int e = 0; e < d; ++e)
-    for (int j = 0; j < 8; ++j) XqT[e][j] = xq[j * d + e];
-  v8f sy;
-  std::memcpy(&sy, sqq, sizeof(sy));
+  V small[16];
+  std::vector<V> large(d > 16 ? d : 0);
+  V* XqT = d > 16 ? large.data() : small;
+  V sy, ra2, rb2, two_rab, c;
+  for (int h = 0; h < G; ++h)
+    for (int j = 0; j < 8; ++j) {
+      const int l = 8 * h + j;
+      for (int e = 0; e < d; ++e) XqT[e][l] = xq[h][j * d + e];
+      sy[l] = sqq[h][j];
+      ra2[l] = sc[h].ra * sc[h].ra;
+      rb2[l] = sc[h].rb * sc[h].rb;
+      two_rab[l] = 2 * (sc[h].ra * sc[h].rb);
+      c[l] = sc[h].c;
+    }
   const float inv_d = 1.0f / d;
-  const float ra2 = sc.ra * sc.ra, rb2 = sc.rb * sc.rb;
-  const float two_rab = 2 * (sc.ra * sc.rb);
   for (int i = 0; i < Vp; ++i) {
-    v8f acc = ra2 * sqp[i] + rb2 * sy;
+    V acc = ra2 * sqp[i] + rb2 * sy;
     for (int e = 0; e < d; ++e) acc -= (two_rab * xp[i * d + e]) * XqT[e];
-    acc = acc * sc.c * sc.c;
-    const v8f k = 1.0f - vexp(-vmax(acc, splat(0.0f)) * inv_d, -88.0f);
-    std::memcpy(sq + i * 8, &acc, sizeof(acc));
-    std::memcpy(K + i * 8, &k, sizeof(k));
+    acc = acc * c * c;
+    const V k = 1.0f - vexp(-vmax(acc, splat<V>(0.0f)) * inv_d, -88.0f);
+    for (int h = 0; h < G; ++h) {
+      std::memcpy(sq[h] + i * 8, reinterpret_cast<const char*>(&acc) + 32 * h,
+                  32);
+      std::memcpy(K[h] + i * 8, reinterpret_cast<const char*>(&k) + 32 * h, 32);
+    }
   }
 }
 
@@ -843,10 +856,18 @@ class Solver {
       h2_[s] = in.h2 + t * Vq * Vq;
       col_[s] = in.col + t * Vq;
       bad_[s] = poisoned(ty, t);
-      if (!bad_[s])
-        cross_cost(ty.xq.data() + t * Vq * d, ty.sqq.data() + t * Vq,
-                   ty.scale[t], s);
     }
+    int s = 0;
+#ifdef __AVX512F__
+    // Two types per 16-lane vector (a group of more than one has no
+    // poisoned problem).
+    if constexpr (kSimd)
+      for (; s + 1 < count; s += 2) cross_cost_simd_slots<v16f>(ty, n + s, s);
+#endif
+    for (; s < count; ++s)
+      if (!bad_[s])
+        cross_cost(ty.xq.data() + (n + s) * Vq * d,
+                   ty.sqq.data() + (n + s) * Vq, ty.scale[n + s], s);
     if (bad_[0]) {
       const scalar_t nan = std::numeric_limits<scalar_t>::quiet_NaN();
       std::fill(T.begin(), T.begin() + P, nan);
@@ -1007,6 +1028,25 @@ class Solver {
   }
 
  private:
+  // The cross costs of the G types t .. t + G - 1 of one vector V into
+  // slots s .. s + G - 1 (SIMD path).
+  template <typename V>
+  void cross_cost_simd_slots(const Types<scalar_t>& ty, int64_t t, int s) {
+    constexpr int G = Lanes<V>::W / 8;
+    const int d = o_.d;
+    const float *xq[G], *sqq[G];
+    float *K[G], *q2[G];
+    Scaling<float> sc[G];
+    for (int h = 0; h < G; ++h) {
+      xq[h] = ty.xq.data() + (t + h) * Vq * d;
+      sqq[h] = ty.sqq.data() + (t + h) * Vq;
+      sc[h] = Scaling<float>(scale_, ty.scale[t + h]);
+      K[h] = Kc.data() + (s + h) * P;
+      q2[h] = sq.data() + (s + h) * P;
+    }
+    cross_cost_simd<V>(xps.data(), xq, sqp.data(), sqq, Vp, d, sc, K, q2);
+  }
+
   // From the scaled parts xq [Vq, d] of a type, their squared norms sqq
   // and scale b: the squared distances (sq, true scale) and cross cost K
   // of slot s.
@@ -1015,8 +1055,10 @@ class Solver {
     const int d = o_.d;
     const Scaling<scalar_t> sc(scale_, b);
     if constexpr (kSimd) {
-      cross_cost_v8(xps.data(), xq, sqp.data(), sqq, Vp, d, sc,
-                    Kc.data() + s * P, sq.data() + s * P);
+      const float *parts = xq, *norms = sqq;
+      float *K = Kc.data() + s * P, *q2 = sq.data() + s * P;
+      cross_cost_simd<v8f>(xps.data(), &parts, sqp.data(), &norms, Vp, d, &sc,
+                           &K, &q2);
       return;
     }
     const scalar_t* __restrict__ xp = xps.data();
