@@ -177,8 +177,9 @@ inline void transpose(const scalar_t* __restrict__ in, int rows, int cols,
 // or AVX-512 code, no intrinsics). A vector holds the same row of G = 1 or
 // 2 problems, one per 8-lane half: with AVX-512 two output types of a
 // location are solved in lockstep (they share h1 and the row marginal, so
-// only the per-type arrays are interleaved). Sums and maxima along rows run
-// eight rows at a time through a shuffle tree within each half.
+// only the per-type arrays are interleaved), and two such vectors side by
+// side (solve_plan_simd). Sums and maxima along rows run eight rows at a
+// time through a shuffle tree within each half.
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef float v16f __attribute__((vector_size(64)));
