@@ -229,11 +229,14 @@ class HGWCaps(BaseModule):
             f'regularizer={self.solver_cfg["regularizer"]}')
 
     def _components(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
-        """Components X_p [B, L, V_p, d] and the output grid (H', W')."""
+        """Components X_p [B, L, V_p, d], contiguous, and the output grid
+        (H', W'). Contiguous once here, so that the routing op and the
+        structures kernels, which both keep the components for backward,
+        keep this one tensor rather than a copy each."""
         comps = self.embed(x)
         B, _, H, W = comps.shape
         X_p = comps.view(B, self.in_types, self.part_dim,
-                         H * W).permute(0, 3, 1, 2)
+                         H * W).permute(0, 3, 1, 2).contiguous()
         return X_p, (H, W)
 
     def _structures(self, X_p: Tensor,
