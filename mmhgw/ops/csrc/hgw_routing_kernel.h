@@ -172,6 +172,49 @@ inline void transpose(const scalar_t* __restrict__ in, int rows, int cols,
     for (int j = 0; j < cols; ++j) out[j * rows + i] = in[i * cols + j];
 }
 
+// out[c] = sum_r w[r] x[r cols + c] over the rows of a row-major rows x cols
+// matrix (w = nullptr: weight 1), the inner loop along a row so that it
+// vectorises. Rows are summed in order: the sums equal the loops they
+// replace to the bit.
+template <typename scalar_t>
+inline void column_sums(const scalar_t* __restrict__ x, int rows, int cols,
+                        scalar_t* __restrict__ out,
+                        const scalar_t* __restrict__ w = nullptr) {
+  for (int c = 0; c < cols; ++c) out[c] = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c)
+      out[c] += w ? w[r] * x[r * cols + c] : x[r * cols + c];
+}
+
+// One log-domain Sinkhorn half step along the rows of the row-major
+// rows x cols log-kernel x: out[c] = log_m - LSE_r(x[r cols + c] + a[r])
+// (mmhgw.ot.sinkhorn_log), with the maximum over r taken out before the
+// floored exp. The row update f takes x = logk^T and a = g, the column
+// update g takes x = logk and a = f. buf (rows x cols) and mx (cols) are
+// scratch.
+template <typename scalar_t>
+inline void log_marginal_step(const scalar_t* __restrict__ x, int rows,
+                              int cols, const scalar_t* __restrict__ a,
+                              scalar_t log_m, scalar_t lo,
+                              scalar_t* __restrict__ buf,
+                              scalar_t* __restrict__ mx,
+                              scalar_t* __restrict__ out) {
+  const scalar_t ninf = -std::numeric_limits<scalar_t>::infinity();
+  for (int c = 0; c < cols; ++c) mx[c] = ninf;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const scalar_t v = x[r * cols + c] + a[r];
+      buf[r * cols + c] = v;
+      mx[c] = v > mx[c] ? v : mx[c];
+    }
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) buf[r * cols + c] -= mx[c];
+  floored_exp(buf, rows * cols, lo);
+  column_sums(buf, rows, cols, out);
+  safe_log(out, cols);
+  for (int c = 0; c < cols; ++c) out[c] = log_m - (out[c] + mx[c]);
+}
+
 // ------------------------------------------- SIMD path: V_q = 8, float
 // One row of a problem is eight floats (GCC/Clang vector extensions: AVX2
 // or AVX-512 code, no intrinsics). A vector holds the same row of G = 1 or
@@ -1139,7 +1182,6 @@ class Solver {
     const scalar_t p = scalar_t(1) / Vp, q = scalar_t(1) / Vq;
     const scalar_t log_p = std::log(p), log_q = std::log(q);
     const scalar_t lo = exp_floor<scalar_t>(), tn = tiny<scalar_t>();
-    const scalar_t ninf = -std::numeric_limits<scalar_t>::infinity();
     scalar_t* __restrict__ t = T.data();
     scalar_t* __restrict__ lt = logT.data();
     scalar_t* __restrict__ lk = logk.data();
@@ -1181,38 +1223,10 @@ class Solver {
               -(rw[i] + cl[j] - cost[e] + beta_ * kc[e]) / eps_ + prox * lt[e];
         }
       transpose(lk, Vp, Vq, lkT);
-      // One log-domain iteration: f = log p - LSE_j(logk + g) ...
-      for (int i = 0; i < Vp; ++i) rm[i] = ninf;
-      for (int j = 0; j < Vq; ++j)
-        for (int i = 0; i < Vp; ++i) {
-          const scalar_t x = lkT[j * Vp + i] + G[j];
-          wT[j * Vp + i] = x;
-          rm[i] = x > rm[i] ? x : rm[i];
-        }
-      for (int j = 0; j < Vq; ++j)
-        for (int i = 0; i < Vp; ++i) wT[j * Vp + i] -= rm[i];
-      floored_exp(wT, P, lo);
-      for (int i = 0; i < Vp; ++i) S[i] = 0;
-      for (int j = 0; j < Vq; ++j)
-        for (int i = 0; i < Vp; ++i) S[i] += wT[j * Vp + i];
-      safe_log(S, Vp);
-      for (int i = 0; i < Vp; ++i) F[i] = log_p - (S[i] + rm[i]);
-      // ... then g = log q - LSE_i(logk + f).
-      for (int j = 0; j < Vq; ++j) cm[j] = ninf;
-      for (int i = 0; i < Vp; ++i)
-        for (int j = 0; j < Vq; ++j) {
-          const scalar_t x = lk[i * Vq + j] + F[i];
-          w[i * Vq + j] = x;
-          cm[j] = x > cm[j] ? x : cm[j];
-        }
-      for (int i = 0; i < Vp; ++i)
-        for (int j = 0; j < Vq; ++j) w[i * Vq + j] -= cm[j];
-      floored_exp(w, P, lo);
-      for (int j = 0; j < Vq; ++j) Cs[j] = 0;
-      for (int i = 0; i < Vp; ++i)
-        for (int j = 0; j < Vq; ++j) Cs[j] += w[i * Vq + j];
-      safe_log(Cs, Vq);
-      for (int j = 0; j < Vq; ++j) G[j] = log_q - (Cs[j] + cm[j]);
+      // One log-domain iteration: f = log p - LSE_j(logk + g), then
+      // g = log q - LSE_i(logk + f).
+      log_marginal_step(lkT, Vq, Vp, G, log_p, lo, wT, rm, F);
+      log_marginal_step(lk, Vp, Vq, F, log_q, lo, w, cm, G);
 
       if (o_.inner > 1) {
         // Stabilised kernel-domain iterations on M = exp(logk + f + g).
@@ -1223,13 +1237,9 @@ class Solver {
         transpose(m, Vp, Vq, mT);
         for (int j = 0; j < Vq; ++j) W[j] = 1;
         for (int it = 0; it < o_.inner - 1; ++it) {
-          for (int i = 0; i < Vp; ++i) S[i] = 0;
-          for (int j = 0; j < Vq; ++j)
-            for (int i = 0; i < Vp; ++i) S[i] += mT[j * Vp + i] * W[j];
+          column_sums(mT, Vq, Vp, S, W);
           for (int i = 0; i < Vp; ++i) U[i] = p / (S[i] > tn ? S[i] : tn);
-          for (int j = 0; j < Vq; ++j) Cs[j] = 0;
-          for (int i = 0; i < Vp; ++i)
-            for (int j = 0; j < Vq; ++j) Cs[j] += U[i] * m[i * Vq + j];
+          column_sums(m, Vp, Vq, Cs, U);
           for (int j = 0; j < Vq; ++j) W[j] = q / (Cs[j] > tn ? Cs[j] : tn);
         }
         for (int i = 0; i < Vp; ++i) S[i] = U[i];
@@ -1302,9 +1312,7 @@ class Solver {
     scalar_t* __restrict__ W = v.data();
     scalar_t* __restrict__ Cs = c.data();
     transpose(t, Vp, Vq, tT);
-    for (int i = 0; i < Vp; ++i) S[i] = 0;
-    for (int j = 0; j < Vq; ++j)
-      for (int i = 0; i < Vp; ++i) S[i] += tT[j * Vp + i];
+    column_sums(tT, Vq, Vp, S);
     for (int i = 0; i < Vp; ++i) {
       const scalar_t k = p / (S[i] > tn ? S[i] : tn);
       U[i] = k < 1 ? k : scalar_t(1);
@@ -1322,17 +1330,13 @@ class Solver {
     for (int i = 0; i < Vp; ++i)
       for (int j = 0; j < Vq; ++j) t[i * Vq + j] *= W[j];
     transpose(t, Vp, Vq, tT);
-    for (int i = 0; i < Vp; ++i) S[i] = 0;
-    for (int j = 0; j < Vq; ++j)
-      for (int i = 0; i < Vp; ++i) S[i] += tT[j * Vp + i];
+    column_sums(tT, Vq, Vp, S);
     scalar_t total = 0;
     for (int i = 0; i < Vp; ++i) {
       U[i] = p - S[i] > 0 ? p - S[i] : scalar_t(0);
       total += U[i];
     }
-    for (int j = 0; j < Vq; ++j) Cs[j] = 0;
-    for (int i = 0; i < Vp; ++i)
-      for (int j = 0; j < Vq; ++j) Cs[j] += t[i * Vq + j];
+    column_sums(t, Vp, Vq, Cs);
     for (int j = 0; j < Vq; ++j) W[j] = q - Cs[j] > 0 ? q - Cs[j] : scalar_t(0);
     // Below sqrt(tiny) the correction adds nothing the dtype resolves (and
     // the reference skips it: its gradient scales as 1 / total^2).
