@@ -45,45 +45,53 @@ constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 // the nearest integer without a libm call.
 constexpr float kRoundMagic = 12582912.0f;
 
-inline float bits_to_float(int32_t b) {
-  float f;
-  std::memcpy(&f, &b, sizeof(f));
-  return f;
+// The polynomials below serve float and the SIMD vectors alike (V float,
+// v8f or v16f; I the integers of the same width), so each has one home.
+template <typename I, typename V>
+inline I to_int(V x) {
+  if constexpr (std::is_same_v<V, float>)
+    return static_cast<I>(x);
+  else
+    return __builtin_convertvector(x, I);
 }
-inline int32_t float_to_bits(float f) {
-  int32_t b;
-  std::memcpy(&b, &f, sizeof(b));
-  return b;
+template <typename V, typename I>
+inline V to_float(I x) {
+  if constexpr (std::is_same_v<V, float>)
+    return static_cast<V>(x);
+  else
+    return __builtin_convertvector(x, V);
 }
 
-// exp(x), x clamped to [lo, 88]: 2^n P(r), n = round(x log2 e),
+// exp(x) for x already in [lo, 88]: 2^n P(r), n = round(x log2 e),
 // r = x - n ln 2 in two parts (Cody-Waite), P of degree 6 (Cephes expf).
-inline float exp_poly(float x, float lo) {
-  x = x < lo ? lo : (x > 88.0f ? 88.0f : x);
-  const float n = (x * kLog2e + kRoundMagic) - kRoundMagic;
-  float r = x - n * kLn2Hi;
+template <typename V, typename I>
+inline V exp_clamped(V x) {
+  const V n = (x * kLog2e + kRoundMagic) - kRoundMagic;
+  V r = x - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
+  V p = V{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * bits_to_float((static_cast<int32_t>(n) + 127) << 23);
+  const I e = (to_int<I>(n) + 127) << 23;
+  return p * __builtin_bit_cast(V, e);
 }
 
 // log(x) for normal x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
 // log x = e ln 2 + log m, log m by the Cephes logf polynomial.
-inline float log_poly(float x) {
-  const int32_t b = float_to_bits(x);
-  int32_t e = ((b >> 23) & 0xff) - 127;
-  float m = bits_to_float((b & 0x007fffff) | 0x3f800000);  // [1, 2)
-  const bool big = m > 1.41421356237f;
+template <typename V, typename I>
+inline V log_normal(V x) {
+  const I b = __builtin_bit_cast(I, x);
+  I e = ((b >> 23) & 0xff) - 127;
+  V m = __builtin_bit_cast(V, I((b & 0x007fffff) | 0x3f800000));  // [1, 2)
+  const auto big = m > 1.41421356237f;
   m = big ? m * 0.5f : m;
   e = big ? e + 1 : e;
-  const float f = m - 1.0f, z = f * f;
-  float y = 7.0376836292e-2f;
+  const V f = m - 1.0f, z = f * f;
+  V y = V{} + 7.0376836292e-2f;
   y = y * f - 1.1514610310e-1f;
   y = y * f + 1.1676998740e-1f;
   y = y * f - 1.2420140846e-1f;
@@ -93,10 +101,17 @@ inline float log_poly(float x) {
   y = y * f - 2.4999993993e-1f;
   y = y * f + 3.3333331174e-1f;
   y = y * f * z;
-  const float fe = static_cast<float>(e);
+  const V fe = to_float<V>(e);
   y = y + fe * kLn2Lo - 0.5f * z;
   return f + y + fe * kLn2Hi;
 }
+
+// exp(x), x clamped to [lo, 88] (a NaN stays NaN).
+inline float exp_poly(float x, float lo) {
+  return exp_clamped<float, int32_t>(x < lo ? lo : (x > 88.0f ? 88.0f : x));
+}
+// log(x) for normal x > 0.
+inline float log_poly(float x) { return log_normal<float, int32_t>(x); }
 
 template <typename scalar_t>
 inline scalar_t tiny() {
@@ -259,48 +274,14 @@ inline V vmin(V a, V b) {
 
 template <typename V>
 inline V vexp(V x, float lo) {
-  using I = typename Lanes<V>::I;
-  x = vmin(vmax(x, splat<V>(lo)), splat<V>(88.0f));
-  const V n = (x * kLog2e + kRoundMagic) - kRoundMagic;
-  V r = x - n * kLn2Hi;
-  r = r - n * kLn2Lo;
-  V p = splat<V>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const I e = (__builtin_convertvector(n, I) + 127) << 23;
-  return p * __builtin_bit_cast(V, e);
+  return exp_clamped<V, typename Lanes<V>::I>(
+      vmin(vmax(x, splat<V>(lo)), splat<V>(88.0f)));
 }
 
-// log(max(x, tiny)) (see log_poly).
+// log(max(x, tiny)) (see log_normal).
 template <typename V>
 inline V vlog(V x) {
-  using I = typename Lanes<V>::I;
-  x = vmax(x, splat<V>(tiny<float>()));
-  const I b = __builtin_bit_cast(I, x);
-  I e = ((b >> 23) & 0xff) - 127;
-  const I mb = (b & 0x007fffff) | 0x3f800000;
-  V m = __builtin_bit_cast(V, mb);
-  const I big = m > 1.41421356237f;
-  m = big ? m * 0.5f : m;
-  e = big ? e + 1 : e;
-  const V f = m - 1.0f, z = f * f;
-  V y = splat<V>(7.0376836292e-2f);
-  y = y * f - 1.1514610310e-1f;
-  y = y * f + 1.1676998740e-1f;
-  y = y * f - 1.2420140846e-1f;
-  y = y * f + 1.4249322787e-1f;
-  y = y * f - 1.6668057665e-1f;
-  y = y * f + 2.0000714765e-1f;
-  y = y * f - 2.4999993993e-1f;
-  y = y * f + 3.3333331174e-1f;
-  y = y * f * z;
-  const V fe = __builtin_convertvector(e, V);
-  y = y + fe * kLn2Lo - 0.5f * z;
-  return f + y + fe * kLn2Hi;
+  return log_normal<V, typename Lanes<V>::I>(vmax(x, splat<V>(tiny<float>())));
 }
 
 // Lane r of each half, broadcast over that half (a per-problem scalar of
