@@ -1,8 +1,9 @@
 """Config helpers shared by the tools: loading a config (also one to build
 offline on a CPU), merging command-line options, building a config's
-model."""
+model, testing a checkpoint."""
 import logging
-from typing import Optional, Tuple
+import tempfile
+from typing import Callable, Optional, Tuple
 
 from mmengine.config import Config
 
@@ -74,6 +75,38 @@ def build_config_model(cfg: Config, init: bool = True):
         finally:
             logger.setLevel(level)
     return model
+
+
+def checkpoint_metrics(config: str, checkpoint: str, options=None,
+                       change_pipeline: Optional[Callable] = None,
+                       change_model: Optional[Callable] = None) -> dict:
+    """Test metrics of ``checkpoint`` on ``config``'s test set, through the
+    stock Runner, quietly, in a temporary work dir, for the analysis tools.
+
+    ``options``: a dict of ``--cfg-options``. ``change_pipeline(pipeline)``
+    returns the test pipeline to use; ``change_model(model)`` alters the
+    built model in place before the test (after it the checkpoint loads, so
+    only what a checkpoint does not hold may be changed). A model whose
+    weights do not all load gets no score (``CheckpointFitHook``)."""
+    from mmengine.runner import Runner
+
+    from mmhgw.engine.hooks import CheckpointFitHook
+    cfg = Config.fromfile(config)
+    if options:
+        cfg.merge_from_dict(options)
+    if change_pipeline is not None:
+        dataset = cfg.test_dataloader.dataset
+        dataset.pipeline = change_pipeline(dataset.pipeline)
+    cfg.load_from = checkpoint
+    cfg.log_level = 'WARNING'
+    cfg.visualizer = dict(type='Visualizer', vis_backends=[])
+    with tempfile.TemporaryDirectory() as work_dir:
+        cfg.work_dir = work_dir
+        runner = Runner.from_cfg(cfg)
+        if change_model is not None:
+            change_model(runner.model)
+        runner.register_hook(CheckpointFitHook(checkpoint, 'test'))
+        return runner.test()
 
 
 def add_runner_args(parser):

@@ -21,9 +21,8 @@ import json
 import os
 import os.path as osp
 import statistics
-import tempfile
 
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 
 #: Sweep name -> the AffineWarp argument it sets.
 SWEEPS = {'rotation': 'angle', 'scale': 'scale', 'shear': 'shear'}
@@ -49,23 +48,10 @@ def warped_pipeline(pipeline, warp: dict) -> list:
 
 def evaluate(config: str, checkpoint: str, warp: dict, options) -> dict:
     """Test metrics of ``checkpoint`` with ``warp`` in the test pipeline."""
-    from mmengine.runner import Runner
-
-    from mmhgw.engine.hooks import CheckpointFitHook
-    cfg = Config.fromfile(config)
-    if options:
-        cfg.merge_from_dict(options)
-    dataset = cfg.test_dataloader.dataset
-    dataset.pipeline = warped_pipeline(dataset.pipeline, warp)
-    cfg.load_from = checkpoint
-    cfg.log_level = 'WARNING'
-    cfg.visualizer = dict(type='Visualizer', vis_backends=[])
-    with tempfile.TemporaryDirectory() as work_dir:
-        cfg.work_dir = work_dir
-        runner = Runner.from_cfg(cfg)
-        # No score for a model whose weights did not all load.
-        runner.register_hook(CheckpointFitHook(checkpoint, 'test'))
-        return runner.test()
+    from mmhgw.config_utils import checkpoint_metrics
+    return checkpoint_metrics(
+        config, checkpoint, options,
+        change_pipeline=lambda pipeline: warped_pipeline(pipeline, warp))
 
 
 def sweep(models, name: str, values, metrics, options) -> dict:

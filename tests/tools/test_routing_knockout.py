@@ -1,0 +1,87 @@
+"""tools/analysis/routing_knockout.py: a trained segmentor's capsule layers
+changed at test time."""
+import json
+
+import pytest
+import torch
+
+from mmhgw.config_utils import (build_config_model, checkpoint_metrics,
+                                load_offline_config)
+from mmhgw.models.layers import HGWCaps
+from tools.analysis.routing_knockout import capsule_layers_changed, main
+
+
+@pytest.fixture
+def config(reduced_seg_config, tmp_path):
+    return str(reduced_seg_config(tmp_path, num_train=2, num_val=2))
+
+
+@pytest.fixture
+def checkpoint(config, tmp_path):
+    cfg = load_offline_config(config)
+    model = build_config_model(cfg)
+    path = tmp_path / 'model.pth'
+    torch.save(dict(state_dict=model.state_dict(), meta={}), path)
+    return str(path)
+
+
+def test_changes_reach_every_capsule_layer(config):
+    torch.manual_seed(0)
+    model = build_config_model(load_offline_config(config)).eval()
+    layers = [m for m in model.modules() if isinstance(m, HGWCaps)]
+    assert layers and all(layer.routing == 'hgw' for layer in layers)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        before = model.backbone(x)[-1]
+        capsule_layers_changed('swap')(model)
+        assert all(layer.routing == 'uniform' for layer in layers)
+        swapped = model.backbone(x)[-1]
+        capsule_layers_changed('swap')(model)
+        assert all(layer.routing == 'hgw' for layer in layers)
+        capsule_layers_changed('flat')(model)
+        flat = model.backbone(x)[-1]
+    assert not torch.allclose(before, swapped)
+    assert not torch.allclose(before, flat)
+    with pytest.raises(ValueError, match='no HGWCaps layer'):
+        capsule_layers_changed('flat')(torch.nn.Linear(2, 2))
+
+
+def test_scores_equal_the_layers_configured_so(config, checkpoint, tmp_path):
+    """Swapped to uniform routing, or with flat activations, the test score
+    is the one of the same checkpoint configured that way."""
+    out = tmp_path / 'knockout.json'
+    main([
+        '--model', 'hgw', config, checkpoint, '--model', 'hgw', config,
+        checkpoint, '--metric', 'mIoU', 'aAcc', '--out',
+        str(out)
+    ])
+    result = json.loads(out.read_text())
+    assert result['changes'] == ['swap', 'flat']
+    scores = result['results']['hgw']
+    assert set(scores) == {'trained', 'swap', 'flat'}
+    caps = 'model.backbone.hgw_cfg.'
+    for change, option in [('trained', {}),
+                           ('swap', {caps + 'routing': 'uniform'}),
+                           ('flat', {caps + 'temperature': 1e30})]:
+        plain = checkpoint_metrics(config, checkpoint, option)
+        for metric in ('mIoU', 'aAcc'):
+            assert scores[change][metric] == pytest.approx([plain[metric]] *
+                                                           2), (change, metric)
+
+
+def test_unknown_metric_and_missing_checkpoint_are_named(
+        config, checkpoint, tmp_path, capsys):
+    with pytest.raises(KeyError, match='--metric nope'):
+        main([
+            '--model', 'a', config, checkpoint, '--changes', 'flat',
+            '--metric', 'nope', '--out',
+            str(tmp_path / 'x.json')
+        ])
+    with pytest.raises(SystemExit):
+        main([
+            '--model', 'a', config,
+            str(tmp_path / 'nope.pth'), '--out',
+            str(tmp_path / 'x.json')
+        ])
+    err = capsys.readouterr().err
+    assert 'checkpoint' in err and 'nope.pth' in err

@@ -1,0 +1,130 @@
+"""What trained HGWCaps segmentors take from their routing: test metrics
+with every capsule layer changed at test time.
+
+For each ``--model`` (a config, with ``--cfg-options`` for every model, and
+a checkpoint) the test set is scored as trained and with each change of
+``--changes`` applied to every capsule layer (nothing else of the network
+changes, and no weight):
+
+- ``swap``: routed by the other plan (HGW routing for a model trained with
+  uniform routing, the uniform plan ``p q^T`` for one trained with HGW);
+- ``flat``: every activation 1 (the temperature made infinite), so that the
+  routing reaches the output not at all and only the poses pass.
+
+A drop under ``swap`` says the network relies on the activations of the
+plan it was trained with; one under ``flat`` that it relies on the
+activations at all. Writes JSON and prints a markdown table (mean over the
+models of one label, then each change's mean difference to as trained)::
+
+    python tools/analysis/routing_knockout.py \\
+        --model hgw CONFIG CHECKPOINT [--model hgw CONFIG CHECKPOINT ...] \\
+        [--changes swap flat] [--metric mIoU sep/AUC] \\
+        [--cfg-options k=v ...] --out knockout.json
+"""
+import argparse
+import json
+import math
+import os
+import os.path as osp
+import statistics
+
+from mmengine.config import DictAction
+
+#: Change -> what it does to one capsule layer.
+CHANGES = {
+    'swap': lambda layer: setattr(
+        layer, 'routing', 'uniform' if layer.routing == 'hgw' else 'hgw'),
+    'flat': lambda layer: setattr(layer, 'temperature', math.inf),
+}
+
+
+def capsule_layers_changed(change: str):
+    """A ``change_model`` for :func:`mmhgw.config_utils.checkpoint_metrics`
+    applying ``change`` to every capsule layer of the model."""
+
+    def apply(model):
+        from mmhgw.models.layers import HGWCaps
+        layers = [m for m in model.modules() if isinstance(m, HGWCaps)]
+        if not layers:
+            raise ValueError('the model has no HGWCaps layer to change')
+        for layer in layers:
+            CHANGES[change](layer)
+
+    return apply
+
+
+def knockouts(models, changes, metrics, options) -> dict:
+    """``{label: {change: {metric: [score per model]}}}``, ``'trained'``
+    among the changes."""
+    from mmhgw.config_utils import checkpoint_metrics
+    results = {}
+    for label, config, checkpoint in models:
+        for change in ['trained', *changes]:
+            scores = checkpoint_metrics(
+                config, checkpoint, options, change_model=None
+                if change == 'trained' else capsule_layers_changed(change))
+            per_metric = results.setdefault(label, {}).setdefault(change, {})
+            for metric in metrics:
+                if metric not in scores:
+                    raise KeyError(f'--metric {metric}: the test gave '
+                                   f'{sorted(scores)}')
+                per_metric.setdefault(metric, []).append(scores[metric])
+    return results
+
+
+def table(results, changes, metrics) -> str:
+    """Mean as trained and each change's mean difference to it (paired by
+    model), per label and metric."""
+    header = ['model', 'models', 'metric', 'as trained'
+              ] + [f'{change} - as trained' for change in changes]
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    for label, per_change in results.items():
+        for metric in metrics:
+            trained = per_change['trained'][metric]
+            cells = [
+                label,
+                str(len(trained)), metric, f'{statistics.fmean(trained):.2f}'
+            ]
+            for change in changes:
+                diffs = [
+                    a - b for a, b in zip(per_change[change][metric], trained)
+                ]
+                cells.append(f'{statistics.fmean(diffs):+.2f} '
+                             f'({min(diffs):+.2f} to {max(diffs):+.2f})')
+            lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--model', nargs=3, action='append', required=True,
+                        metavar=('LABEL', 'CONFIG', 'CHECKPOINT'))
+    parser.add_argument('--changes', nargs='+', choices=list(CHANGES),
+                        default=list(CHANGES))
+    parser.add_argument('--metric', nargs='+', default=['mIoU'],
+                        help='test metrics to record')
+    parser.add_argument('--out', required=True, help='JSON file to write')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='key=value options for every model')
+    args = parser.parse_args(argv)
+    for label, config, checkpoint in args.model:
+        for path, what in ((config, 'config'), (checkpoint, 'checkpoint')):
+            if not osp.isfile(path):
+                parser.error(f'--model {label}: {what} {path} not found')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import mmhgw  # noqa: F401  (registers the models)
+    results = knockouts(args.model, args.changes, args.metric,
+                        args.cfg_options)
+    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+    with open(args.out, 'w') as f:
+        json.dump(dict(changes=args.changes, results=results), f, indent=2)
+    print(table(results, args.changes, args.metric))
+    print(f'written to {args.out}')
+
+
+if __name__ == '__main__':
+    main()
