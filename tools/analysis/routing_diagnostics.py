@@ -119,21 +119,27 @@ def section_of(name: str, capsule_names) -> str:
 
 def gradient_norms(model, inputs, samples, capsule_names, with_reg: bool):
     """Gradient norm per network part of the summed losses, with or without
-    the capsules' regulariser E."""
+    the capsules' regulariser E.
+
+    Without E, E is still computed but its injected gradient is scaled by 0
+    (the layers' ``loss_scale``), so that both passes run the same forward
+    code: with ``reg_weight = 0`` a layer may form its structures by another
+    implementation (equal to float rounding), which would move the task's
+    gradient too."""
     from mmhgw.models import HGWCaps
     saved = {}
     for m in model.modules():
         if isinstance(m, HGWCaps):
-            saved[m] = m.reg_weight
+            saved[m] = m.loss_scale
             if not with_reg:
-                m.reg_weight = 0.0
+                m.loss_scale = 0.0
     model.zero_grad()
     try:
         losses = model.loss(inputs, samples)
         sum(v for k, v in losses.items() if 'loss' in k).backward()
     finally:
-        for m, w in saved.items():
-            m.reg_weight = w
+        for m, scale in saved.items():
+            m.loss_scale = scale
     squares = defaultdict(float)
     for name, p in model.named_parameters():
         if p.grad is not None:
