@@ -177,23 +177,38 @@ def trained_layer_inputs(config, checkpoint, image, locations, generator):
     return [problems(m, x, locations, generator) for m, x in captured]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def input_parser(description: str) -> argparse.ArgumentParser:
+    """The options of the benchmarks that take layer inputs (random, and
+    a trained segmentor's on one image), and ``--no-write``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument('--checkpoint', help='a trained HGWCaps segmentor')
     parser.add_argument('--config', help='its config')
     parser.add_argument('--image', help='an image for --checkpoint')
     parser.add_argument('--locations', type=int, default=48,
                         help='locations sampled per layer')
     parser.add_argument('--no-write', action='store_true')
-    args = parser.parse_args()
+    return parser
+
+
+def input_sets(args) -> list:
+    """``[(name, problem sets)]``: a fresh layer on random input, and with
+    ``--checkpoint`` every capsule layer of the trained model."""
     generator = torch.Generator().manual_seed(0)
-    rows = evaluate('random input, fresh layer',
-                    random_layer_inputs(args.locations, generator), SETTINGS)
+    sets = [('random input, fresh layer',
+             random_layer_inputs(args.locations, generator))]
     if args.checkpoint:
-        rows += evaluate(
-            f'trained ({osp.basename(args.checkpoint)})',
-            trained_layer_inputs(args.config, args.checkpoint, args.image,
-                                 args.locations, generator), SETTINGS)
+        sets.append(
+            (f'trained ({osp.basename(args.checkpoint)})',
+             trained_layer_inputs(args.config, args.checkpoint, args.image,
+                                  args.locations, generator)))
+    return sets
+
+
+def main():
+    args = input_parser(__doc__.splitlines()[0]).parse_args()
+    rows = []
+    for name, problem_sets in input_sets(args):
+        rows += evaluate(name, problem_sets, SETTINGS)
     body = ('Distance of the routing plan at given iteration counts from the '
             f'converged plan (the same solver at the same eps, {ORACLE[0]} '
             f'proximal steps x {ORACLE[1]} Sinkhorn iterations; its first row '

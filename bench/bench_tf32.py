@@ -25,14 +25,12 @@ float64 one, and the share of plan rows whose largest entry is.
     python bench/bench_tf32.py [--checkpoint CKPT --config CFG --image IMG]
         [--locations 48] [--no-write]
 """
-import argparse
 import contextlib
 import importlib
-import os.path as osp
 from unittest import mock
 
 import torch
-from bench_convergence import random_layer_inputs, trained_layer_inputs
+from bench_convergence import input_parser, input_sets
 
 from mmhgw.benchmarking import markdown_table, write_section
 from mmhgw.ot import GWFactors
@@ -159,22 +157,10 @@ def compare(problem_sets, truth, setting, mode):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--checkpoint', help='a trained HGWCaps segmentor')
-    parser.add_argument('--config', help='its config')
-    parser.add_argument('--image', help='an image for --checkpoint')
-    parser.add_argument('--locations', type=int, default=48,
-                        help='locations sampled per layer')
-    parser.add_argument('--no-write', action='store_true')
-    args = parser.parse_args()
-    generator = torch.Generator().manual_seed(0)
-    rows = evaluate('random input, fresh layer',
-                    random_layer_inputs(args.locations, generator))
-    if args.checkpoint:
-        rows += evaluate(
-            f'trained ({osp.basename(args.checkpoint)})',
-            trained_layer_inputs(args.config, args.checkpoint, args.image,
-                                 args.locations, generator))
+    args = input_parser(__doc__.splitlines()[0]).parse_args()
+    rows = []
+    for name, problem_sets in input_sets(args):
+        rows += evaluate(name, problem_sets)
     body = (
         'The routing in float32 with its products as tensor cores would '
         'form them, emulated in the torch reference on the CPU, against '

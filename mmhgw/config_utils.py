@@ -109,6 +109,23 @@ def checkpoint_metrics(config: str, checkpoint: str, options=None,
         return runner.test()
 
 
+def add_model_args(parser):
+    """``--model LABEL CONFIG CHECKPOINT``, repeatable: the trained models
+    an analysis tool tests (models of one label are averaged)."""
+    parser.add_argument('--model', nargs=3, action='append', required=True,
+                        metavar=('LABEL', 'CONFIG', 'CHECKPOINT'))
+
+
+def check_model_args(parser, models):
+    """Refuse a ``--model`` whose config or checkpoint is not a file,
+    naming the model and the path."""
+    import os.path as osp
+    for label, config, checkpoint in models:
+        for path, what in ((config, 'config'), (checkpoint, 'checkpoint')):
+            if not osp.isfile(path):
+                parser.error(f'--model {label}: {what} {path} not found')
+
+
 def add_runner_args(parser):
     """The options the train and test tools share (as the stock tools):
     ``--work-dir``, ``--cfg-options``, ``--launcher``, ``--local_rank``."""

@@ -11,23 +11,9 @@ from mmhgw.models.layers import HGWCaps
 from tools.analysis.routing_knockout import capsule_layers_changed, main
 
 
-@pytest.fixture
-def config(reduced_seg_config, tmp_path):
-    return str(reduced_seg_config(tmp_path, num_train=2, num_val=2))
-
-
-@pytest.fixture
-def checkpoint(config, tmp_path):
-    cfg = load_offline_config(config)
-    model = build_config_model(cfg)
-    path = tmp_path / 'model.pth'
-    torch.save(dict(state_dict=model.state_dict(), meta={}), path)
-    return str(path)
-
-
-def test_changes_reach_every_capsule_layer(config):
+def test_changes_reach_every_capsule_layer(seg_config):
     torch.manual_seed(0)
-    model = build_config_model(load_offline_config(config)).eval()
+    model = build_config_model(load_offline_config(seg_config)).eval()
     layers = [m for m in model.modules() if isinstance(m, HGWCaps)]
     assert layers and all(layer.routing == 'hgw' for layer in layers)
     x = torch.randn(1, 3, 64, 64)
@@ -46,13 +32,14 @@ def test_changes_reach_every_capsule_layer(config):
         capsule_layers_changed('flat')(torch.nn.Linear(2, 2))
 
 
-def test_scores_equal_the_layers_configured_so(config, checkpoint, tmp_path):
+def test_scores_equal_the_layers_configured_so(seg_config, seg_checkpoint,
+                                               tmp_path):
     """Swapped to uniform routing, or with flat activations, the test score
     is the one of the same checkpoint configured that way."""
     out = tmp_path / 'knockout.json'
     main([
-        '--model', 'hgw', config, checkpoint, '--model', 'hgw', config,
-        checkpoint, '--metric', 'mIoU', 'aAcc', '--out',
+        '--model', 'hgw', seg_config, seg_checkpoint, '--model', 'hgw',
+        seg_config, seg_checkpoint, '--metric', 'mIoU', 'aAcc', '--out',
         str(out)
     ])
     result = json.loads(out.read_text())
@@ -63,23 +50,23 @@ def test_scores_equal_the_layers_configured_so(config, checkpoint, tmp_path):
     for change, option in [('trained', {}),
                            ('swap', {caps + 'routing': 'uniform'}),
                            ('flat', {caps + 'temperature': 1e30})]:
-        plain = checkpoint_metrics(config, checkpoint, option)
+        plain = checkpoint_metrics(seg_config, seg_checkpoint, option)
         for metric in ('mIoU', 'aAcc'):
             assert scores[change][metric] == pytest.approx([plain[metric]] *
                                                            2), (change, metric)
 
 
 def test_unknown_metric_and_missing_checkpoint_are_named(
-        config, checkpoint, tmp_path, capsys):
+        seg_config, seg_checkpoint, tmp_path, capsys):
     with pytest.raises(KeyError, match='--metric nope'):
         main([
-            '--model', 'a', config, checkpoint, '--changes', 'flat',
+            '--model', 'a', seg_config, seg_checkpoint, '--changes', 'flat',
             '--metric', 'nope', '--out',
             str(tmp_path / 'x.json')
         ])
     with pytest.raises(SystemExit):
         main([
-            '--model', 'a', config,
+            '--model', 'a', seg_config,
             str(tmp_path / 'nope.pth'), '--out',
             str(tmp_path / 'x.json')
         ])

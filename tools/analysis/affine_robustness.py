@@ -24,6 +24,8 @@ import statistics
 
 from mmengine.config import DictAction
 
+from mmhgw.config_utils import add_model_args, check_model_args
+
 #: Sweep name -> the AffineWarp argument it sets.
 SWEEPS = {'rotation': 'angle', 'scale': 'scale', 'shear': 'shear'}
 
@@ -112,8 +114,7 @@ def plot(stats: dict, name: str, metric: str, path: str):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--model', nargs=3, action='append', required=True,
-                        metavar=('LABEL', 'CONFIG', 'CHECKPOINT'))
+    add_model_args(parser)
     parser.add_argument('--sweep', choices=list(SWEEPS), default='rotation')
     parser.add_argument('--values', nargs='+', type=float, required=True)
     parser.add_argument(
@@ -126,10 +127,7 @@ def parse_args(argv=None):
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='key=value options for every model')
     args = parser.parse_args(argv)
-    for label, config, checkpoint in args.model:
-        for path, what in ((config, 'config'), (checkpoint, 'checkpoint')):
-            if not osp.isfile(path):
-                parser.error(f'--model {label}: {what} {path} not found')
+    check_model_args(parser, args.model)
     return args
 
 

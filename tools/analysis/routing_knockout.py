@@ -30,6 +30,8 @@ import statistics
 
 from mmengine.config import DictAction
 
+from mmhgw.config_utils import add_model_args, check_model_args
+
 #: Change -> what it does to one capsule layer.
 CHANGES = {
     'swap': lambda layer: setattr(
@@ -97,8 +99,7 @@ def table(results, changes, metrics) -> str:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--model', nargs=3, action='append', required=True,
-                        metavar=('LABEL', 'CONFIG', 'CHECKPOINT'))
+    add_model_args(parser)
     parser.add_argument('--changes', nargs='+', choices=list(CHANGES),
                         default=list(CHANGES))
     parser.add_argument('--metric', nargs='+', default=['mIoU'],
@@ -107,10 +108,7 @@ def parse_args(argv=None):
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='key=value options for every model')
     args = parser.parse_args(argv)
-    for label, config, checkpoint in args.model:
-        for path, what in ((config, 'config'), (checkpoint, 'checkpoint')):
-            if not osp.isfile(path):
-                parser.error(f'--model {label}: {what} {path} not found')
+    check_model_args(parser, args.model)
     return args
 
 
