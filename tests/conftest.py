@@ -101,3 +101,21 @@ def write_reduced_seg_config(tmp_path, num_train=40, num_val=10):
 def reduced_seg_config():
     """``write_reduced_seg_config(tmp_path, num_train, num_val) -> path``."""
     return write_reduced_seg_config
+
+
+@pytest.fixture
+def seg_config(tmp_path):
+    """A small HGWCaps UNet config on two generated images."""
+    return str(write_reduced_seg_config(tmp_path, num_train=2, num_val=2))
+
+
+@pytest.fixture
+def seg_checkpoint(seg_config, tmp_path):
+    """A checkpoint of ``seg_config``'s model, freshly initialised."""
+    import torch
+
+    from mmhgw.config_utils import build_config_model, load_offline_config
+    model = build_config_model(load_offline_config(seg_config))
+    path = tmp_path / 'model.pth'
+    torch.save(dict(state_dict=model.state_dict(), meta={}), path)
+    return str(path)
