@@ -111,9 +111,13 @@ def checkpoint_metrics(config: str, checkpoint: str, options=None,
 
 def add_model_args(parser):
     """``--model LABEL CONFIG CHECKPOINT``, repeatable: the trained models
-    an analysis tool tests (models of one label are averaged)."""
+    an analysis tool tests (models of one label are averaged), and
+    ``--cfg-options`` applied to every one of them."""
+    from mmengine.config import DictAction
     parser.add_argument('--model', nargs=3, action='append', required=True,
                         metavar=('LABEL', 'CONFIG', 'CHECKPOINT'))
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='key=value options for every model')
 
 
 def check_model_args(parser, models):

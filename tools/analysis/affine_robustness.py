@@ -22,8 +22,6 @@ import os
 import os.path as osp
 import statistics
 
-from mmengine.config import DictAction
-
 from mmhgw.config_utils import add_model_args, check_model_args
 
 #: Sweep name -> the AffineWarp argument it sets.
@@ -124,8 +122,6 @@ def parse_args(argv=None):
         'go to "others"')
     parser.add_argument('--out', required=True, help='JSON file to write')
     parser.add_argument('--image', help='PNG plot to write')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='key=value options for every model')
     args = parser.parse_args(argv)
     check_model_args(parser, args.model)
     return args
@@ -133,7 +129,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    import mmhgw  # noqa: F401  (registers AffineWarp and the models)
     results = sweep(args.model, args.sweep, args.values, args.metric,
                     args.cfg_options)
     first, *others = args.metric

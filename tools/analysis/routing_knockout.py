@@ -28,8 +28,6 @@ import os
 import os.path as osp
 import statistics
 
-from mmengine.config import DictAction
-
 from mmhgw.config_utils import add_model_args, check_model_args
 
 #: Change -> what it does to one capsule layer.
@@ -105,8 +103,6 @@ def parse_args(argv=None):
     parser.add_argument('--metric', nargs='+', default=['mIoU'],
                         help='test metrics to record')
     parser.add_argument('--out', required=True, help='JSON file to write')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='key=value options for every model')
     args = parser.parse_args(argv)
     check_model_args(parser, args.model)
     return args
@@ -114,7 +110,6 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    import mmhgw  # noqa: F401  (registers the models)
     results = knockouts(args.model, args.changes, args.metric,
                         args.cfg_options)
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
