@@ -109,12 +109,12 @@ def checkpoint_metrics(config: str, checkpoint: str, options=None,
         return runner.test()
 
 
-def add_model_args(parser):
+def add_model_args(parser, required=True):
     """``--model LABEL CONFIG CHECKPOINT``, repeatable: the trained models
     an analysis tool tests (models of one label are averaged), and
     ``--cfg-options`` applied to every one of them."""
     from mmengine.config import DictAction
-    parser.add_argument('--model', nargs=3, action='append', required=True,
+    parser.add_argument('--model', nargs=3, action='append', required=required,
                         metavar=('LABEL', 'CONFIG', 'CHECKPOINT'))
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='key=value options for every model')

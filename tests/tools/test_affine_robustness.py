@@ -4,7 +4,8 @@ import os.path as osp
 
 import pytest
 
-from tools.analysis.affine_robustness import evaluate, main, warped_pipeline
+from tools.analysis.affine_robustness import (evaluate, main, summary, table,
+                                              warped_pipeline)
 
 
 def test_warp_goes_after_every_loader():
@@ -57,3 +58,95 @@ def test_missing_checkpoint_is_named(seg_config, tmp_path, capsys):
         ])
     err = capsys.readouterr().err
     assert 'checkpoint' in err and 'nope.pth' in err
+
+
+def write_sweep(path, name, runs_by_metric):
+    """A JSON as the tool writes it, for ``{metric: {label: {value:
+    runs}}}`` (the first metric the plotted one)."""
+    first, *others = runs_by_metric
+    path.write_text(
+        json.dumps(
+            dict(sweep=name, metric=first,
+                 results=summary(runs_by_metric[first]),
+                 others={m: summary(runs_by_metric[m])
+                         for m in others})))
+    return str(path)
+
+
+def test_table_pairs_the_changes_model_by_model():
+    results = {
+        'stock': {'1.0': [70.0, 72.0], '0.5': [60.0, 61.0]},
+        'hgw': {'1.0': [69.0, 71.0], '0.5': [64.0, 66.0]},
+    }
+    rows = table(results, 'scale', 'mIoU', 'stock').splitlines()
+    assert rows[0].split(' | ')[2:5] == [
+        'mIoU at 0.5', 'mIoU at 1.0', 'change at 0.5'
+    ]
+    stock = [c.strip() for c in rows[2].split('|')[1:-1]]
+    hgw = [c.strip() for c in rows[3].split('|')[1:-1]]
+    assert stock[:5] == [
+        'stock', '2', '60.50 ± 0.71', '71.00 ± 1.41', '-10.50'
+    ]
+    assert stock[5] == ''
+    # Changes -10, -11 against -5, -5: differences +5 and +6.
+    assert hgw[4] == '-5.00'
+    assert hgw[5].startswith('+5.50 [')
+    # Without the identity value the scores themselves are paired.
+    rows = table({k: {'0.5': v['0.5']}
+                  for k, v in results.items()}, 'scale', 'mIoU',
+                 'stock').splitlines()
+    assert 'mIoU - stock, at 0.5' in rows[0]
+    assert rows[3].split('|')[-2].strip().startswith('+4.50 [')
+
+
+def test_merge_joins_earlier_runs(tmp_path):
+    a = write_sweep(
+        tmp_path / 'a.json', 'shear', {
+            'mIoU': {'stock': {'0.0': [70.0, 72.0], '0.5': [60.0, 61.0]}},
+            'mDice': {'stock': {'0.0': [80.0, 82.0], '0.5': [75.0, 76.0]}},
+        })
+    b = write_sweep(
+        tmp_path / 'b.json', 'shear', {
+            'mIoU': {'hgw': {'0.0': [69.0, 71.0], '0.5': [64.0, 66.0]}},
+            'mDice': {'hgw': {'0.0': [79.0, 81.0], '0.5': [76.0, 77.0]}},
+        })
+    out = tmp_path / 'all.json'
+    main(['--merge', a, b, '--reference', 'stock', '--out', str(out)])
+    result = json.loads(out.read_text())
+    assert result['sweep'] == 'shear' and result['metric'] == 'mIoU'
+    assert set(result['results']) == {'stock', 'hgw'}
+    assert result['results']['hgw']['0.5']['runs'] == [64.0, 66.0]
+    assert set(result['tables']) == {'mIoU', 'mDice'}
+    assert '+5.50 [' in result['tables']['mIoU']
+
+    with pytest.raises(ValueError, match="label 'stock'"):
+        main(['--merge', a, a, '--out', str(out)])
+    c = write_sweep(tmp_path / 'c.json', 'scale',
+                    {'mIoU': {'x': {'1.0': [1.0]}}, 'mDice': {'x': {}}})
+    with pytest.raises(ValueError, match='c.json: a scale sweep'):
+        main(['--merge', a, c, '--out', str(out)])
+    d = write_sweep(tmp_path / 'd.json', 'shear',
+                    {'mIoU': {'x': {'0.0': [1.0]}}})
+    with pytest.raises(ValueError, match='d.json: metrics'):
+        main(['--merge', a, d, '--out', str(out)])
+    with pytest.raises(ValueError, match='--reference'):
+        main(['--merge', a, '--reference', 'nope', '--out', str(out)])
+
+
+def test_what_to_test_is_required(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(['--out', str(tmp_path / 'x.json')])
+    assert '--model' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([
+            '--model', 'a', __file__, __file__, '--out',
+            str(tmp_path / 'x.json')
+        ])
+    assert '--values' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([
+            '--merge',
+            str(tmp_path / 'none.json'), '--out',
+            str(tmp_path / 'x.json')
+        ])
+    assert 'none.json' in capsys.readouterr().err

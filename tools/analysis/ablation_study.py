@@ -40,6 +40,8 @@ import subprocess
 import sys
 import time
 
+from mmhgw.analysis.paired import fmt_interval
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 #: Config files of each family: the stock model, the stock model narrowed to
@@ -390,28 +392,6 @@ def paired_differences(runs, reference_runs, metric):
         if r['seed'] in ref and r['metrics'].get(metric) is not None
         and ref[r['seed']] is not None
     ]
-
-
-def confidence_interval(values, level=0.95):
-    """Student-t interval of the mean of ``values`` (paired differences:
-    one value per seed); None with fewer than two values."""
-    if len(values) < 2:
-        return None
-    from scipy import stats
-    mean = statistics.fmean(values)
-    half = stats.t.ppf((1 + level) / 2, len(values) - 1) * \
-        statistics.stdev(values) / len(values) ** 0.5
-    return mean - half, mean + half
-
-
-def fmt_interval(values, digits=2):
-    """``mean [low, high]`` of paired differences; the verdict is in the
-    sign of the interval (it excludes 0, or not)."""
-    ci = confidence_interval(values)
-    if ci is None:
-        return 'n/a'
-    return (f'{statistics.fmean(values):+.{digits}f} '
-            f'[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]')
 
 
 def fmt(mean, std, digits=2):

@@ -14,7 +14,17 @@ metric per model and value as JSON and plots one curve per model::
         [--metric mIoU [sep/AUC ...]] [--cfg-options k=v ...]
 
 Several ``--model`` entries of the same label (seeds of one variant) are
-averaged, with their standard deviation as the band of the curve.
+averaged, with their standard deviation as the band of the curve. Prints,
+per metric, a markdown table: the score at each value, its change from the
+unwarped images (rotation or shear 0, scale 1; when the sweep has that
+value) and that change's difference to the ``--reference`` label's, paired
+model by model in the order given (give each label's seeds in the same
+order), with a 95% Student-t interval; the tables also go to the JSON.
+``--merge`` adds the models of earlier runs of this tool (their JSON, same
+sweep and metrics), so that a sweep can run as several processes::
+
+    python tools/analysis/affine_robustness.py --merge a.json b.json \
+        --reference stock --out all.json [--image all.png]
 """
 import argparse
 import json
@@ -22,10 +32,14 @@ import os
 import os.path as osp
 import statistics
 
+from mmhgw.analysis.paired import fmt_interval
 from mmhgw.config_utils import add_model_args, check_model_args
 
 #: Sweep name -> the AffineWarp argument it sets.
 SWEEPS = {'rotation': 'angle', 'scale': 'scale', 'shear': 'shear'}
+
+#: Sweep name -> the value that leaves the images as they are.
+IDENTITY = {'rotation': 0.0, 'scale': 1.0, 'shear': 0.0}
 
 #: Transforms after which an AffineWarp goes (each loads what it warps).
 LOADERS = ('LoadImageFromFile', 'LoadAnnotations')
@@ -87,6 +101,100 @@ def summary(results: dict) -> dict:
     return out
 
 
+def load_results(path: str) -> tuple:
+    """``(sweep, {metric: {label: {value: runs}}})`` of this tool's JSON."""
+    with open(path) as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or not {'sweep', 'metric', 'results'} <= \
+            set(data):
+        raise ValueError(f'{path}: not a JSON written by this tool (expected '
+                         'the keys sweep, metric, results)')
+    stats = {data['metric']: data['results'], **data.get('others', {})}
+    return data['sweep'], {
+        metric: {
+            label: {
+                value: point['runs']
+                for value, point in per_value.items()
+            }
+            for label, per_value in per_label.items()
+        }
+        for metric, per_label in stats.items()
+    }
+
+
+def merge(results: dict, sweep_name: str, paths) -> dict:
+    """``results`` ({metric: {label: {value: runs}}}, may be empty) with
+    the models of the JSON files ``paths``: same sweep, same metrics, no
+    label in two sources."""
+    merged = {m: dict(per_label) for m, per_label in results.items()}
+    for path in paths:
+        name, other = load_results(path)
+        if name != sweep_name:
+            raise ValueError(f'--merge {path}: a {name} sweep, expected '
+                             f'{sweep_name}')
+        if merged and set(other) != set(merged):
+            raise ValueError(f'--merge {path}: metrics {sorted(other)}, '
+                             f'expected {sorted(merged)}')
+        for metric, per_label in other.items():
+            for label, per_value in per_label.items():
+                if label in merged.setdefault(metric, {}):
+                    raise ValueError(f'--merge {path}: label {label!r} is '
+                                     'already among the models')
+                merged[metric][label] = per_value
+    return merged
+
+
+def table(results: dict, name: str, metric: str, reference: str) -> str:
+    """Markdown table of one metric (``results``: {label: {value: runs}}):
+    mean and std at each value, the change from the identity value (when
+    swept) and its paired difference to ``reference``'s change."""
+    values = sorted({v
+                     for per_value in results.values()
+                     for v in per_value}, key=float)
+    identity = next((v for v in values if float(v) == IDENTITY[name]), None)
+    others = [v for v in values if v != identity]
+
+    def change(label, value):
+        if label not in results:
+            return None
+        runs, base = results[label].get(value), results[label].get(identity)
+        if identity is None:
+            return runs
+        if runs is None or base is None or len(runs) != len(base):
+            return None
+        return [r - b for r, b in zip(runs, base)]
+
+    what = 'change' if identity is not None else metric
+    header = ['variant', 'models'] + [f'{metric} at {v}' for v in values]
+    if identity is not None:
+        header += [f'change at {v}' for v in others]
+    header += [f'{what} - {reference}, at {v}, 95% CI' for v in others]
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    for label, per_value in results.items():
+        counts = sorted({len(runs) for runs in per_value.values()})
+        cells = [label, '/'.join(str(c) for c in counts)]
+        for v in values:
+            runs = per_value.get(v)
+            std = statistics.stdev(runs) if runs and len(runs) > 1 else 0.0
+            cells.append(
+                f'{statistics.fmean(runs):.2f} ± {std:.2f}' if runs else '')
+        if identity is not None:
+            for v in others:
+                diffs = change(label, v)
+                cells.append(
+                    f'{statistics.fmean(diffs):+.2f}' if diffs else '')
+        for v in others:
+            mine, ref = change(label, v), change(reference, v)
+            if label == reference or not mine or not ref:
+                cells.append('')
+            elif len(mine) != len(ref):
+                cells.append('n/a (model counts differ)')
+            else:
+                cells.append(fmt_interval([a - b for a, b in zip(mine, ref)]))
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
 def plot(stats: dict, name: str, metric: str, path: str):
     import matplotlib
     matplotlib.use('Agg')
@@ -112,35 +220,73 @@ def plot(stats: dict, name: str, metric: str, path: str):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_model_args(parser)
-    parser.add_argument('--sweep', choices=list(SWEEPS), default='rotation')
-    parser.add_argument('--values', nargs='+', type=float, required=True)
+    add_model_args(parser, required=False)
     parser.add_argument(
-        '--metric', nargs='+', default=['mIoU'],
-        help='test metrics to record; the first is '
+        '--sweep', choices=list(SWEEPS),
+        help='rotation (default with --model), scale or '
+        'shear; with --merge alone, that of the files')
+    parser.add_argument('--values', nargs='+', type=float,
+                        help='the sweep\'s values (with --model)')
+    parser.add_argument(
+        '--metric', nargs='+',
+        help='test metrics to record (default mIoU); the first is '
         'plotted and is the JSON\'s "results", the others '
         'go to "others"')
+    parser.add_argument(
+        '--merge', nargs='+', metavar='JSON',
+        help='outputs of earlier runs of this tool to '
+        'include')
+    parser.add_argument(
+        '--reference', help='the label whose change the others are '
+        'compared with (default: the first label)')
     parser.add_argument('--out', required=True, help='JSON file to write')
     parser.add_argument('--image', help='PNG plot to write')
     args = parser.parse_args(argv)
-    check_model_args(parser, args.model)
+    if not args.model and not args.merge:
+        parser.error('give --model (models to test) or --merge (results of '
+                     'earlier runs), or both')
+    if args.model:
+        if not args.values:
+            parser.error('--values is required with --model')
+        check_model_args(parser, args.model)
+    for path in args.merge or []:
+        if not osp.isfile(path):
+            parser.error(f'--merge: {path} not found')
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
-    results = sweep(args.model, args.sweep, args.values, args.metric,
-                    args.cfg_options)
-    first, *others = args.metric
+    name, results = args.sweep, {}
+    if args.model:
+        name = name or 'rotation'
+        results = sweep(args.model, name, args.values, args.metric or ['mIoU'],
+                        args.cfg_options)
+    elif name is None:
+        name = load_results(args.merge[0])[0]
+    results = merge(results, name, args.merge or [])
+    if args.metric and set(args.metric) != set(results):
+        raise ValueError(f'--metric {args.metric}: the merged results have '
+                         f'{list(results)}')
+    first, *others = args.metric or list(results)
+    labels = list(results[first])
+    reference = args.reference or labels[0]
+    if reference not in labels:
+        raise ValueError(f'--reference {reference!r}: not among the labels '
+                         f'{labels}')
     stats = summary(results[first])
+    tables = {m: table(results[m], name, m, reference) for m in results}
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     with open(args.out, 'w') as f:
         json.dump(
-            dict(sweep=args.sweep, metric=first, results=stats,
+            dict(sweep=name, metric=first, results=stats,
                  others={m: summary(results[m])
-                         for m in others}), f, indent=2)
+                         for m in others}, reference=reference, tables=tables),
+            f, indent=2)
+    for metric, text in tables.items():
+        print(f'\n{metric} ({name}):\n{text}')
     if args.image:
-        plot(stats, args.sweep, first, args.image)
+        plot(stats, name, first, args.image)
     print(f'written to {args.out}' +
           (f' and {args.image}' if args.image else ''))
 
