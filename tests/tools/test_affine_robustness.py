@@ -150,3 +150,66 @@ def test_what_to_test_is_required(tmp_path, capsys):
             str(tmp_path / 'x.json')
         ])
     assert 'none.json' in capsys.readouterr().err
+
+
+def test_interrupted_sweep_keeps_finished_models(tmp_path, monkeypatch):
+    import tools.analysis.affine_robustness as tool
+    calls = []
+
+    def fake_evaluate(config, checkpoint, warp, options):
+        calls.append(checkpoint)
+        if checkpoint.endswith('b.pth'):
+            raise RuntimeError('killed')
+        return {'mIoU': 50.0 + warp.get('scale', 1.0)}
+
+    monkeypatch.setattr(tool, 'evaluate', fake_evaluate)
+    for name in ('a.pth', 'b.pth'):
+        (tmp_path / name).write_text('')
+    out = tmp_path / 'partial.json'
+    common = ['--sweep', 'scale', '--values', '0.5', '1.0', '--out', str(out)]
+    with pytest.raises(RuntimeError, match='killed'):
+        main([
+            '--model', 'x', __file__,
+            str(tmp_path / 'a.pth'), '--model', 'y', __file__,
+            str(tmp_path / 'b.pth'), *common
+        ])
+    saved = json.loads(out.read_text())
+    assert saved['partial'] is True
+    assert saved['results']['x']['0.5']['runs'] == [50.5]
+    assert 'y' not in saved['results']
+    # The saved models join a later run of the others.
+    calls.clear()
+    monkeypatch.setattr(tool, 'evaluate',
+                        lambda c, k, w, o: {'mIoU': 40.0 + w['scale']})
+    final = tmp_path / 'final.json'
+    main([
+        '--model', 'y', __file__,
+        str(tmp_path / 'a.pth'), '--merge',
+        str(out), '--reference', 'x', '--sweep', 'scale', '--values', '0.5',
+        '1.0', '--out',
+        str(final)
+    ])
+    result = json.loads(final.read_text())
+    assert set(result['results']) == {'x', 'y'} and 'partial' not in result
+    assert '| y | 1 |' in result['tables']['mIoU']
+
+
+def test_refusals_come_before_any_model_runs(tmp_path, monkeypatch):
+    import tools.analysis.affine_robustness as tool
+
+    def must_not_run(*args):
+        raise AssertionError('a model was evaluated before the checks')
+
+    monkeypatch.setattr(tool, 'evaluate', must_not_run)
+    model = [
+        '--model', 'x', __file__, __file__, '--values', '0', '--out',
+        str(tmp_path / 'x.json')
+    ]
+    with pytest.raises(ValueError, match='--reference'):
+        main([*model, '--reference', 'stock'])
+    earlier = write_sweep(tmp_path / 'e.json', 'rotation',
+                          {'mIoU': {'x': {'0.0': [1.0]}}})
+    with pytest.raises(ValueError, match='--model x'):
+        main([*model, '--merge', earlier])
+    with pytest.raises(ValueError, match='--metric'):
+        main([*model, '--merge', earlier, '--metric', 'mDice'])

@@ -20,8 +20,10 @@ unwarped images (rotation or shear 0, scale 1; when the sweep has that
 value) and that change's difference to the ``--reference`` label's, paired
 model by model in the order given (give each label's seeds in the same
 order), with a 95% Student-t interval; the tables also go to the JSON.
-``--merge`` adds the models of earlier runs of this tool (their JSON, same
-sweep and metrics), so that a sweep can run as several processes::
+The JSON is written after each model too (marked ``partial``), so an
+interrupted sweep keeps what it finished. ``--merge`` adds the models of
+earlier runs of this tool (their JSON, partial or not: same sweep and
+metrics), so that a sweep can run as several processes::
 
     python tools/analysis/affine_robustness.py --merge a.json b.json \
         --reference stock --out all.json [--image all.png]
@@ -68,9 +70,10 @@ def evaluate(config: str, checkpoint: str, warp: dict, options) -> dict:
         change_pipeline=lambda pipeline: warped_pipeline(pipeline, warp))
 
 
-def sweep(models, name: str, values, metrics, options) -> dict:
+def sweep(models, name: str, values, metrics, options, save=None) -> dict:
     """``{metric: {label: {value: [score per model of that label]}}}`` for
-    each name in ``metrics``."""
+    each name in ``metrics``; ``save(results)`` after each model, so that an
+    interrupted sweep keeps the models it finished."""
     key = SWEEPS[name]
     results = {metric: {} for metric in metrics}
     for label, config, checkpoint in models:
@@ -86,6 +89,8 @@ def sweep(models, name: str, values, metrics, options) -> dict:
             print(
                 f'{label:10s} {name} {value}: ' +
                 ', '.join(f'{m} {scores[m]:.2f}' for m in metrics), flush=True)
+        if save is not None:
+            save(results)
     return results
 
 
@@ -122,26 +127,55 @@ def load_results(path: str) -> tuple:
     }
 
 
+def join(results: dict, other: dict, source: str) -> dict:
+    """``results`` and ``other`` ({metric: {label: {value: runs}}}, either
+    may be empty) together: same metrics, no label in both (``source``
+    names ``other`` in the error)."""
+    if results and other and set(other) != set(results):
+        raise ValueError(f'{source}: metrics {sorted(other)}, expected '
+                         f'{sorted(results)}')
+    joined = {m: dict(per_label) for m, per_label in results.items()}
+    for metric, per_label in other.items():
+        for label, per_value in per_label.items():
+            if label in joined.setdefault(metric, {}):
+                raise ValueError(f'{source}: label {label!r} is already '
+                                 'among the models')
+            joined[metric][label] = per_value
+    return joined
+
+
 def merge(results: dict, sweep_name: str, paths) -> dict:
-    """``results`` ({metric: {label: {value: runs}}}, may be empty) with
-    the models of the JSON files ``paths``: same sweep, same metrics, no
-    label in two sources."""
-    merged = {m: dict(per_label) for m, per_label in results.items()}
+    """``results`` with the models of the JSON files ``paths`` (this
+    tool's output of a ``sweep_name`` sweep)."""
     for path in paths:
         name, other = load_results(path)
         if name != sweep_name:
             raise ValueError(f'--merge {path}: a {name} sweep, expected '
                              f'{sweep_name}')
-        if merged and set(other) != set(merged):
-            raise ValueError(f'--merge {path}: metrics {sorted(other)}, '
-                             f'expected {sorted(merged)}')
-        for metric, per_label in other.items():
-            for label, per_value in per_label.items():
-                if label in merged.setdefault(metric, {}):
-                    raise ValueError(f'--merge {path}: label {label!r} is '
-                                     'already among the models')
-                merged[metric][label] = per_value
-    return merged
+        results = join(results, other, f'--merge {path}')
+    return results
+
+
+def write_results(path: str, name: str, results: dict, metrics,
+                  reference=None) -> dict:
+    """Write ``results`` as this tool's JSON at ``path`` (the first of
+    ``metrics`` under "results", the others under "others"), with the
+    tables against ``reference`` unless None (a sweep in progress);
+    returns the tables."""
+    first, *others = metrics
+    data = dict(sweep=name, metric=first, results=summary(results[first]),
+                others={m: summary(results[m])
+                        for m in others})
+    tables = {}
+    if reference is not None:
+        tables = {m: table(results[m], name, m, reference) for m in metrics}
+        data.update(reference=reference, tables=tables)
+    else:
+        data['partial'] = True
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    with open(path, 'w') as f:
+        json.dump(data, f, indent=2)
+    return tables
 
 
 def table(results: dict, name: str, metric: str, reference: str) -> str:
@@ -257,36 +291,39 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    name, results = args.sweep, {}
-    if args.model:
-        name = name or 'rotation'
-        results = sweep(args.model, name, args.values, args.metric or ['mIoU'],
-                        args.cfg_options)
-    elif name is None:
-        name = load_results(args.merge[0])[0]
-    results = merge(results, name, args.merge or [])
-    if args.metric and set(args.metric) != set(results):
-        raise ValueError(f'--metric {args.metric}: the merged results have '
-                         f'{list(results)}')
-    first, *others = args.metric or list(results)
-    labels = list(results[first])
+    # Everything that can be refused is checked before the first model
+    # runs: a sweep of many models takes hours.
+    name = args.sweep
+    if name is None:
+        name = load_results(args.merge[0])[0] if args.merge else 'rotation'
+    earlier = merge({}, name, args.merge or [])
+    metrics = args.metric or (list(earlier) if earlier else ['mIoU'])
+    if earlier and set(metrics) != set(earlier):
+        raise ValueError(f'--metric {metrics}: the --merge results have '
+                         f'{list(earlier)}')
+    labels = [label for label, _, _ in args.model or []]
+    for label in labels:
+        if earlier and label in earlier[metrics[0]]:
+            raise ValueError(f'--model {label}: the label is already among '
+                             'the --merge results')
+    labels += list(earlier.get(metrics[0], {}))
     reference = args.reference or labels[0]
     if reference not in labels:
         raise ValueError(f'--reference {reference!r}: not among the labels '
-                         f'{labels}')
-    stats = summary(results[first])
-    tables = {m: table(results[m], name, m, reference) for m in results}
-    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-    with open(args.out, 'w') as f:
-        json.dump(
-            dict(sweep=name, metric=first, results=stats,
-                 others={m: summary(results[m])
-                         for m in others}, reference=reference, tables=tables),
-            f, indent=2)
+                         f'{sorted(set(labels))}')
+
+    results = {}
+    if args.model:
+        results = sweep(
+            args.model, name, args.values, metrics,
+            args.cfg_options, save=lambda partial: write_results(
+                args.out, name, partial, metrics))
+    results = join(results, earlier, '--merge')
+    tables = write_results(args.out, name, results, metrics, reference)
     for metric, text in tables.items():
         print(f'\n{metric} ({name}):\n{text}')
     if args.image:
-        plot(stats, name, first, args.image)
+        plot(summary(results[metrics[0]]), name, metrics[0], args.image)
     print(f'written to {args.out}' +
           (f' and {args.image}' if args.image else ''))
 
