@@ -72,3 +72,29 @@ def test_unknown_metric_and_missing_checkpoint_are_named(
         ])
     err = capsys.readouterr().err
     assert 'checkpoint' in err and 'nope.pth' in err
+
+
+def test_interrupted_run_keeps_finished_models(tmp_path, monkeypatch):
+    import mmhgw.config_utils
+
+    def fake_metrics(config, checkpoint, options, change_model=None):
+        if checkpoint.endswith('b.pth'):
+            raise RuntimeError('killed')
+        return {'mIoU': 60.0 if change_model is None else 55.0}
+
+    monkeypatch.setattr(mmhgw.config_utils, 'checkpoint_metrics', fake_metrics)
+    for name in ('a.pth', 'b.pth'):
+        (tmp_path / name).write_text('')
+    out = tmp_path / 'k.json'
+    with pytest.raises(RuntimeError, match='killed'):
+        main([
+            '--model', 'x', __file__,
+            str(tmp_path / 'a.pth'), '--model', 'x', __file__,
+            str(tmp_path / 'b.pth'), '--changes', 'flat', '--out',
+            str(out)
+        ])
+    saved = json.loads(out.read_text())
+    assert saved['partial'] is True
+    assert saved['results'] == {
+        'x': {'trained': {'mIoU': [60.0]}, 'flat': {'mIoU': [55.0]}}
+    }

@@ -315,9 +315,8 @@ def main(argv=None):
     results = {}
     if args.model:
         results = sweep(
-            args.model, name, args.values, metrics,
-            args.cfg_options, save=lambda partial: write_results(
-                args.out, name, partial, metrics))
+            args.model, name, args.values, metrics, args.cfg_options,
+            save=lambda done: write_results(args.out, name, done, metrics))
     results = join(results, earlier, '--merge')
     tables = write_results(args.out, name, results, metrics, reference)
     for metric, text in tables.items():

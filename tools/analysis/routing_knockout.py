@@ -13,8 +13,10 @@ changes, and no weight):
 
 A drop under ``swap`` says the network relies on the activations of the
 plan it was trained with; one under ``flat`` that it relies on the
-activations at all. Writes JSON and prints a markdown table (mean over the
-models of one label, then each change's mean difference to as trained)::
+activations at all. Writes JSON (after each model too, marked ``partial``,
+so that an interrupted run keeps what it finished) and prints a markdown
+table (mean over the models of one label, then each change's mean
+difference to as trained)::
 
     python tools/analysis/routing_knockout.py \\
         --model hgw CONFIG CHECKPOINT [--model hgw CONFIG CHECKPOINT ...] \\
@@ -53,9 +55,10 @@ def capsule_layers_changed(change: str):
     return apply
 
 
-def knockouts(models, changes, metrics, options) -> dict:
+def knockouts(models, changes, metrics, options, save=None) -> dict:
     """``{label: {change: {metric: [score per model]}}}``, ``'trained'``
-    among the changes."""
+    among the changes; ``save(results)`` after each model, so that an
+    interrupted run keeps the models it finished."""
     from mmhgw.config_utils import checkpoint_metrics
     results = {}
     for label, config, checkpoint in models:
@@ -69,6 +72,8 @@ def knockouts(models, changes, metrics, options) -> dict:
                     raise KeyError(f'--metric {metric}: the test gave '
                                    f'{sorted(scores)}')
                 per_metric.setdefault(metric, []).append(scores[metric])
+        if save is not None:
+            save(results)
     return results
 
 
@@ -108,13 +113,21 @@ def parse_args(argv=None):
     return args
 
 
+def write_results(path: str, changes, results: dict, partial: bool):
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    data = dict(changes=changes, results=results)
+    if partial:
+        data['partial'] = True
+    with open(path, 'w') as f:
+        json.dump(data, f, indent=2)
+
+
 def main(argv=None):
     args = parse_args(argv)
-    results = knockouts(args.model, args.changes, args.metric,
-                        args.cfg_options)
-    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-    with open(args.out, 'w') as f:
-        json.dump(dict(changes=args.changes, results=results), f, indent=2)
+    results = knockouts(
+        args.model, args.changes, args.metric, args.cfg_options,
+        save=lambda done: write_results(args.out, args.changes, done, True))
+    write_results(args.out, args.changes, results, False)
     print(table(results, args.changes, args.metric))
     print(f'written to {args.out}')
 
