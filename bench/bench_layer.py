@@ -1,5 +1,7 @@
 """HGWCaps against the 3x3 convolution it replaces: parameters, forward and
-forward+backward time, memory kept for backward (CPU) or peak memory (CUDA).
+forward+backward time, memory kept for backward (CPU) or peak memory (CUDA),
+and on the CPU the routing op's share of the layer's forward (what a faster
+layer has to speed up).
 
     python bench/bench_layer.py [--device cuda] [--routing hgw]
         [--backend auto] [--cases 256x8x14x14,...] [--no-write] [--json FILE]
@@ -13,6 +15,7 @@ from mmhgw.benchmarking import (markdown_table, median_time, peak_cuda_bytes,
                                 save_json, saved_for_backward_bytes,
                                 write_section)
 from mmhgw.models import HGWCaps
+from mmhgw.ops.hgw_routing import OP_NAME
 
 CASES = [  # (channels, batch, H, W)
     (256, 8, 14, 14),
@@ -63,16 +66,36 @@ def measure(module, x, device, repeats):
 
 
 def measure_case(channels, batch, H, W, device, routing, backend, repeats):
-    """Parameters and ``measure`` of the convolution and the layer."""
+    """Parameters and ``measure`` of the convolution and the layer, and
+    :func:`routing_op_share`."""
     torch.manual_seed(0)
     x = torch.randn(batch, channels, H, W, device=device)
     conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False).to(device)
     caps = HGWCaps(channels, channels, 3, padding=1, in_types=32, out_types=32,
                    routing=routing, backend=backend).to(device)
-    return dict(case=[channels, batch, H, W], conv_params=params(conv),
-                hgw_params=params(caps), conv=measure(conv, x, device,
-                                                      repeats),
-                hgw=measure(caps, x, device, repeats)), caps.solver_cfg
+    result = dict(case=[channels, batch, H, W], conv_params=params(conv),
+                  hgw_params=params(caps))
+    result['conv'] = measure(conv, x, device, repeats)
+    result['hgw'] = measure(caps, x, device, repeats)
+    result['op_share'] = routing_op_share(caps, x, device)
+    return result, caps.solver_cfg
+
+
+def routing_op_share(module, x, device):
+    """The routing op's share of the layer's forward: torch.profiler's self
+    CPU time of ``mmhgw::hgw_routing`` over that of every operator of one
+    forward (None on CUDA, or where the op does not run, e.g. the torch
+    backend)."""
+    if torch.device(device).type == 'cuda':
+        return None
+    with torch.no_grad():
+        module(x)
+        with torch.profiler.profile() as prof:
+            module(x)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    op = sum(e.self_cpu_time_total for e in events if e.key == OP_NAME)
+    return op / total if op and total else None
 
 
 def table(results, cuda):
@@ -88,10 +111,13 @@ def table(results, cuda):
             f'{c[1] * 1e3:.1f}', f'{h[1] * 1e3:.1f} ({h[1] / c[1]:.0f}x)',
             f'{c[2] / 2**20:.1f}', f'{h[2] / 2**20:.1f} ({h[2] / c[2]:.0f}x)'
         ])
+        if not cuda:
+            share = r.get('op_share')
+            rows[-1].append('-' if share is None else f'{share:.0%}')
     return markdown_table([
         'case', 'conv params', 'HGW params', 'conv fwd', 'HGW fwd',
         'conv fwd+bwd', 'HGW fwd+bwd', f'conv {mem} (MiB)', f'HGW {mem} (MiB)'
-    ], rows)
+    ] + ([] if cuda else ['routing op share of HGW fwd']), rows)
 
 
 def section_body(results, solver_cfg, routing, backend, cuda):
