@@ -83,7 +83,8 @@ def checkpoint_metrics(config: str, checkpoint: str, options=None,
     """Test metrics of ``checkpoint`` on ``config``'s test set, through the
     stock Runner, quietly, in a temporary work dir, for the analysis tools.
 
-    ``options``: a dict of ``--cfg-options``. ``change_pipeline(pipeline)``
+    ``options``: a dict of ``--cfg-options`` (checked as the train and test
+    tools check them, :func:`merge_cfg_options`). ``change_pipeline(pipeline)``
     returns the test pipeline to use; ``change_model(model)`` alters the
     built model in place before the test (after it the checkpoint loads, so
     only what a checkpoint does not hold may be changed). A model whose
@@ -92,8 +93,7 @@ def checkpoint_metrics(config: str, checkpoint: str, options=None,
 
     from mmhgw.engine.hooks import CheckpointFitHook
     cfg = Config.fromfile(config)
-    if options:
-        cfg.merge_from_dict(options)
+    merge_cfg_options(cfg, options)
     if change_pipeline is not None:
         dataset = cfg.test_dataloader.dataset
         dataset.pipeline = change_pipeline(dataset.pipeline)

@@ -213,3 +213,11 @@ def test_refusals_come_before_any_model_runs(tmp_path, monkeypatch):
         main([*model, '--merge', earlier])
     with pytest.raises(ValueError, match='--metric'):
         main([*model, '--merge', earlier, '--metric', 'mDice'])
+
+
+def test_option_that_would_set_nothing_is_refused(seg_config, seg_checkpoint):
+    # data_root is a variable of the config file: merged plainly it would
+    # change nothing, and the sweep would score the default data.
+    with pytest.raises(ValueError, match='data_root'):
+        evaluate(seg_config, seg_checkpoint, dict(type='AffineWarp'),
+                 {'data_root': '/elsewhere'})

@@ -37,11 +37,12 @@ import statistics
 from mmhgw.analysis.paired import fmt_interval
 from mmhgw.config_utils import add_model_args, check_model_args
 
-#: Sweep name -> the AffineWarp argument it sets.
-SWEEPS = {'rotation': 'angle', 'scale': 'scale', 'shear': 'shear'}
-
-#: Sweep name -> the value that leaves the images as they are.
-IDENTITY = {'rotation': 0.0, 'scale': 1.0, 'shear': 0.0}
+#: Sweep name -> (the AffineWarp argument it sets, the value that leaves
+#: the images as they are).
+SWEEPS = {
+    'rotation': ('angle', 0.0), 'scale': ('scale', 1.0),
+    'shear': ('shear', 0.0)
+}
 
 #: Transforms after which an AffineWarp goes (each loads what it warps).
 LOADERS = ('LoadImageFromFile', 'LoadAnnotations')
@@ -74,7 +75,7 @@ def sweep(models, name: str, values, metrics, options, save=None) -> dict:
     """``{metric: {label: {value: [score per model of that label]}}}`` for
     each name in ``metrics``; ``save(results)`` after each model, so that an
     interrupted sweep keeps the models it finished."""
-    key = SWEEPS[name]
+    key, _ = SWEEPS[name]
     results = {metric: {} for metric in metrics}
     for label, config, checkpoint in models:
         for value in values:
@@ -185,7 +186,7 @@ def table(results: dict, name: str, metric: str, reference: str) -> str:
     values = sorted({v
                      for per_value in results.values()
                      for v in per_value}, key=float)
-    identity = next((v for v in values if float(v) == IDENTITY[name]), None)
+    identity = next((v for v in values if float(v) == SWEEPS[name][1]), None)
     others = [v for v in values if v != identity]
 
     def change(label, value):
