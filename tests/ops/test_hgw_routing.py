@@ -17,10 +17,10 @@ routing_module = importlib.import_module('mmhgw.ops.hgw_routing')
 
 #: (M, N, V_p, V_q, d): odd sizes (the generic loops), and the layer's
 #: shapes (V_q = 8 with V_p = 16 / 32: the SIMD path, its backward with
-#: d = 8; numbers of types that leave the SIMD path's groups of up to four
-#: a tail of one, two or three; d = 5).
+#: d = 8; numbers of types that fill an 8- or 16-lane group in part, or
+#: leave a tail after a full one; d = 5).
 SIZES = [(5, 3, 7, 5, 3), (3, 4, 16, 8, 8), (2, 5, 32, 8, 8), (2, 3, 32, 8, 5),
-         (1, 6, 16, 8, 8)]
+         (1, 6, 16, 8, 8), (1, 10, 16, 8, 8), (2, 19, 32, 8, 8)]
 
 
 def make_inputs(M, N, V_p, V_q, d, dtype, seed=0):
@@ -156,8 +156,8 @@ def test_components_given_as_a_view_are_kept_without_a_copy(backend):
 @pytest.mark.skipif(not cpp_available(), reason='C++ extension not built')
 def test_cpp_plans_give_the_reference_parts():
     """The plans binding (convergence studies) returns each (location, type)
-    plan in its place, also where types are solved two at a time."""
-    M, N, V_p, V_q, d = 2, 5, 32, 8, 8
+    plan in its place, also where types are solved many at a time."""
+    M, N, V_p, V_q, d = 2, 19, 32, 8, 8
     inputs = [
         t.detach() for t in make_inputs(M, N, V_p, V_q, d, torch.float32)
     ]
@@ -391,9 +391,9 @@ def test_large_embeddings_give_finite_outputs(backend, scale):
 
 
 def far_part_inputs():
-    """float64 inputs (3 locations, 4 types, 32 x 8) in which two parts lie
+    """float64 inputs (3 locations, 12 types, 32 x 8) in which two parts lie
     far from every component (cross cost 1 against ~0.9 for the others)."""
-    inputs = [t.detach() for t in make_inputs(3, 4, 32, 8, 8, torch.float64)]
+    inputs = [t.detach() for t in make_inputs(3, 12, 32, 8, 8, torch.float64)]
     inputs[1][1, 3] = 30.0
     inputs[1][2, 0] = -30.0
     return inputs

@@ -231,13 +231,13 @@ inline void log_marginal_step(const scalar_t* __restrict__ x, int rows,
 }
 
 // ------------------------------------------- SIMD path: V_q = 8, float
-// One row of a problem is eight floats (GCC/Clang vector extensions: AVX2
-// or AVX-512 code, no intrinsics). A vector holds the same row of G = 1 or
-// 2 problems, one per 8-lane half: with AVX-512 two output types of a
-// location are solved in lockstep (they share h1 and the row marginal, so
-// only the per-type arrays are interleaved), and two such vectors side by
-// side (solve_plan_simd). Sums and maxima along rows run eight rows at a
-// time through a shuffle tree within each half.
+// GCC/Clang vector extensions (AVX2 or AVX-512 code, no intrinsics). The
+// cross cost and the solve hold one problem per lane (cross_cost_lanes,
+// solve_plans_lanes): the output types of a location share h1 and the row
+// marginal, so W of them are solved in lockstep and every reduction along a
+// row or a column is lane-wise, with no shuffle. The backward holds one row
+// of a problem (eight floats) per v8f instead, and reduces rows through a
+// shuffle tree.
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef float v16f __attribute__((vector_size(64)));
@@ -284,22 +284,6 @@ inline V vlog(V x) {
   return log_normal<V, typename Lanes<V>::I>(vmax(x, splat<V>(tiny<float>())));
 }
 
-// Lane r of each half, broadcast over that half (a per-problem scalar of
-// row r, such as a row potential, against the problem's rows).
-template <typename V>
-inline V row_lane(V x, int r) {
-  constexpr auto iota = Lanes<V>::iota;
-  return __builtin_shuffle(x, (iota & ~7) | r);
-}
-
-// The sum of each half, in every lane of that half.
-template <typename V>
-inline V half_sum(V x) {
-  constexpr auto iota = Lanes<V>::iota;
-  for (int s = 4; s > 0; s >>= 1) x += __builtin_shuffle(x, iota ^ s);
-  return x;
-}
-
 // Reduces each of the rows r[0..7] along the lanes of each half: lane k of
 // a half of the result is op over that half of r[k]. Level s pairs lanes s
 // apart: lane t of a half takes r[2k]'s lane t & ~s where t & s is clear,
@@ -341,291 +325,294 @@ template <typename V>
 inline V add_op(V a, V b) {
   return a + b;
 }
+
+// Transposes the W x W block r[0..W-1] (row k in r[k]) in place: one stage
+// per bit H of the index, each swapping bit H of the row with bit H of the
+// lane through two-vector shuffles of rows H apart (unrolled, so that every
+// shuffle pattern is a constant).
+template <typename V, int H>
+inline void transpose_stage(V* r) {
+  using I = typename Lanes<V>::I;
+  constexpr int W = Lanes<V>::W;
+  constexpr I iota = Lanes<V>::iota;
+  constexpr I low = iota + (((iota & H) != 0) & (W - H)), high = low + H;
+#pragma GCC unroll 16
+  for (int i = 0; i < W; ++i)
+    if (!(i & H)) {
+      const V a = r[i], b = r[i + H];
+      r[i] = __builtin_shuffle(a, b, low);
+      r[i + H] = __builtin_shuffle(a, b, high);
+    }
+}
 template <typename V>
-inline V max_op(V a, V b) {
-  return vmax(a, b);
+inline void transpose_block(V* r) {
+  transpose_stage<V, 1>(r);
+  transpose_stage<V, 2>(r);
+  transpose_stage<V, 4>(r);
+  if constexpr (Lanes<V>::W == 16) transpose_stage<V, 8>(r);
 }
 
-// C = A h2^T for V_q = 8: the second factor of gw_product_simd.
+// Lane layout from W arrays src[s] of n floats (n a multiple of W): out[e]
+// holds entry e of every src[s] in lane s.
+template <typename V>
+inline void to_lanes(const float* const* src, int n, V* out) {
+  constexpr int W = Lanes<V>::W;
+  for (int e = 0; e < n; e += W) {
+    for (int s = 0; s < W; ++s) std::memcpy(&out[e + s], src[s] + e, sizeof(V));
+    transpose_block(out + e);
+  }
+}
+
+// The inverse of to_lanes for the first count lanes, into dst[s].
+template <typename V>
+inline void from_lanes(const V* in, int n, int count, float* const* dst) {
+  constexpr int W = Lanes<V>::W;
+  V block[W];
+  for (int e = 0; e < n; e += W) {
+    std::memcpy(block, in + e, sizeof(block));
+    transpose_block(block);
+    for (int s = 0; s < count; ++s)
+      std::memcpy(dst[s] + e, &block[s], sizeof(V));
+  }
+}
+
+// out = h1 X for the plans X [VP * 8] of the lanes: h1 [VP, VP] is the
+// location's (one number, broadcast), X the lanes' own. Blocks of 4 rows by
+// 4 columns: per step along k, four loads of X and four broadcasts of h1
+// feed sixteen multiply-adds, so that the loads keep up with the FMA units.
 template <typename V, int VP>
-inline void times_h2t_simd(const V* A, const V* H2T, V* C) {
-  for (int i = 0; i < VP; ++i) {
-    V acc = splat<V>(0.0f);
-    for (int l = 0; l < 8; ++l) acc += row_lane(A[i], l) * H2T[l];
-    C[i] = acc;
-  }
-}
-
-// C = h1 T h2^T for V_q = 8 and the NV vectors of plans T[n], with
-// A = h1 T: 8 / NV rows at a time, so that each load of a row of h1 feeds
-// NV multiply-adds and eight independent chains keep the FMA units busy
-// through their latency (h1 is the location's, shared by every problem).
-template <typename V, int VP, int NV>
-inline void gw_product_simd(const float* __restrict__ h1, const V (*T)[VP],
-                            const V (*H2T)[8], V (*A)[VP], V (*C)[VP]) {
-  static_assert(8 % NV == 0, "NV must divide 8");
-  constexpr int RP = 8 / NV;  // rows per pass
-  for (int i = 0; i < VP; i += RP) {
-    V a[NV][RP];
-    for (int n = 0; n < NV; ++n)
-      for (int r = 0; r < RP; ++r) a[n][r] = splat<V>(0.0f);
-    for (int k = 0; k < VP; ++k)
-      for (int r = 0; r < RP; ++r) {
-        const float h = h1[(i + r) * VP + k];
-        for (int n = 0; n < NV; ++n) a[n][r] += h * T[n][k];
+inline void h1_times(const float* __restrict__ h1, const V* X, V* out) {
+  static_assert(VP % 4 == 0, "VP must be a multiple of 4");
+  for (int i = 0; i < VP; i += 4)
+    for (int l = 0; l < 8; l += 4) {
+      V acc[4][4];
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 4; ++c) acc[r][c] = splat<V>(0.0f);
+      for (int k = 0; k < VP; ++k) {
+        V x[4];
+        for (int c = 0; c < 4; ++c) x[c] = X[8 * k + l + c];
+        for (int r = 0; r < 4; ++r) {
+          const float h = h1[(i + r) * VP + k];
+          for (int c = 0; c < 4; ++c) acc[r][c] += h * x[c];
+        }
       }
-    for (int n = 0; n < NV; ++n)
-      for (int r = 0; r < RP; ++r) A[n][i + r] = a[n][r];
-  }
-  for (int n = 0; n < NV; ++n) times_h2t_simd<V, VP>(A[n], H2T[n], C[n]);
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 4; ++c) out[8 * (i + r) + l + c] = acc[r][c];
+    }
 }
 
-// fn(b, r) for every row i = 8 b + r < VP (a multiple of 8), with r a
-// compile-time constant after unrolling: broadcasting lane r of a block
-// (row_lane) is then one shuffle by a constant pattern, with no index
-// arithmetic.
-template <int VP, typename Fn>
-inline void for_rows(Fn fn) {
-  for (int b = 0; b < VP / 8; ++b) {
-#pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r) fn(b, r);
-  }
+// Entry j of a row of A h2^T from that row a [8] of A (H2T[l][j] is h2^T's
+// entry of each lane).
+template <typename V>
+inline V times_h2t_entry(const V* a, const V (*H2T)[8], int j) {
+  V acc = splat<V>(0.0f);
+  for (int l = 0; l < 8; ++l) acc += a[l] * H2T[l][j];
+  return acc;
 }
 
-// sum over rows of term(b, r) (as for_rows), in four interleaved partial
-// sums: a single chain of VP dependent additions would bound the Sinkhorn
-// loops by the adder's latency rather than its throughput.
-template <typename V, int VP, typename Term>
-inline V sum_rows(Term term) {
-  V s[4];
-  for (int k = 0; k < 4; ++k) s[k] = splat<V>(0.0f);
-  for_rows<VP>([&](int b, int r) { s[r % 4] += term(b, r); });
-  return (s[0] + s[1]) + (s[2] + s[3]);
-}
-
-// The plans of the problems of NV vectors (V_p = VP rows, a multiple of 8,
-// and V_q = 8), the same iterates as Solver::solve_plan, into T_out[n];
-// leaves h1 T in A[n] and the value at each plan (Eq. 21) in
-// values[n G + h] (problem h of vector n). Per-problem inputs (h2^T, the
-// column term, the bounded cross cost K) are interleaved like the rows.
-// h1T0 [VP]: the location's h1 T_0, one number per row (T_0 is constant).
-// Every step runs over the NV vectors side by side: the Sinkhorn scalings
-// are one long chain of dependent operations per vector, and independent
-// chains next to each other let the core overlap them.
-template <typename V, int VP, int NV>
-void solve_plan_simd(const float* __restrict__ h1,
-                     const float* __restrict__ h1T0, const V (*H2T)[8],
-                     const float* __restrict__ row, const V* colv,
-                     const V (*K)[VP], const Options& o, V (*T_out)[VP],
-                     V (*A)[VP], float* values) {
-  static_assert(VP % 8 == 0, "VP must be a multiple of 8");
-  constexpr int R = VP / 8;           // blocks of eight rows
-  constexpr int G = Lanes<V>::W / 8;  // problems per vector
+// The plans of W problems of one location (V_p = VP rows, V_q = 8), one
+// problem per lane: entry e = 8 i + j of every problem's plan is one
+// vector, so that every sum and maximum along a row or a column is a
+// lane-wise add or max, with no shuffle. The same iterates as
+// Solver::solve_plan. h1 [VP, VP], h1T0 [VP] (the location's h1 T_0, one
+// number per row: T_0 is constant) and row [VP] are the location's;
+// col [8], H2T [8][8] (h2^T) and K [VP * 8] (the bounded cross cost) the
+// lanes'. Out: the plans T [VP * 8], h1 T at them A [VP * 8] and their
+// values (Eq. 21).
+// log T of a step is kept as its parts LK + f + g (LK is the step's log
+// kernel, f and g the potentials): the next step's log kernel replaces LK
+// in place.
+template <typename V, int VP>
+void solve_plans_lanes(const float* __restrict__ h1,
+                       const float* __restrict__ h1T0,
+                       const float* __restrict__ row, const V* col,
+                       const V (*H2T)[8], const V* K, const Options& o, V* T,
+                       V* A, V& value) {
+  constexpr int P = VP * 8;
   const float p = 1.0f / VP, q = 1.0f / 8;
   const float log_p = std::log(p), log_q = std::log(q);
   const float lo = exp_floor<float>(), tn = tiny<float>();
-  const float beta = static_cast<float>(o.beta),
-              eps = static_cast<float>(o.eps);
-  V T[NV][VP], LT[NV][VP], LK[NV][VP], C[NV][VP], Mx[NV][VP];
-  V f[NV][R], u[NV][R];  // row potentials, scalings: lane k <-> row 8 b + k
-  V g[NV], v[NV];
-  const float T0 = std::exp(log_p + log_q);
-  for (int n = 0; n < NV; ++n)
-    for (int i = 0; i < VP; ++i) T[n][i] = splat<V>(T0);
-  // h1 T h2^T at the uniform plan T_0 from the location's h1 T_0.
-  auto gw_product_uniform = [&]() {
-    for (int n = 0; n < NV; ++n) {
-      for (int i = 0; i < VP; ++i) A[n][i] = splat<V>(h1T0[i]);
-      times_h2t_simd<V, VP>(A[n], H2T[n], C[n]);
-    }
+  const float beta = static_cast<float>(o.beta);
+  V LK[P], M[P];
+  V f[VP], u[VP], g[8], v[8];
+  const V T0 = splat<V>(std::exp(log_p + log_q));
+  for (int e = 0; e < P; ++e) T[e] = T0;
+  // A = h1 X: of the uniform plan from h1 T_0 (step 0, or uniform
+  // routing), of the lanes' plans T otherwise.
+  auto h1_plan = [&](bool at_uniform) {
+    if (!at_uniform) return h1_times<V, VP>(h1, T, A);
+    for (int i = 0; i < VP; ++i)
+      for (int l = 0; l < 8; ++l) A[8 * i + l] = splat<V>(h1T0[i]);
   };
+  // Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
   auto finish = [&]() {
-    // Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
-    if (o.uniform)
-      gw_product_uniform();
-    else
-      gw_product_simd<V, VP, NV>(h1, T, H2T, A, C);
-    for (int n = 0; n < NV; ++n) {
-      const V acc = half_sum(sum_rows<V, VP>([&](int b, int r) {
-        const int i = 8 * b + r;
-        return ((row[i] + colv[n]) - C[n][i] + beta * K[n][i]) * T[n][i];
-      }));
-      std::memcpy(T_out[n], T[n], sizeof(T[n]));
-      for (int h = 0; h < G; ++h) values[n * G + h] = acc[8 * h];
-    }
+    h1_plan(o.uniform);
+    value = splat<V>(0.0f);
+    for (int i = 0; i < VP; ++i)
+      for (int j = 0; j < 8; ++j) {
+        const int e = 8 * i + j;
+        const V c = times_h2t_entry(A + 8 * i, H2T, j);
+        value += ((row[i] + col[j]) - c + beta * K[e]) * T[e];
+      }
   };
   if (o.uniform) return finish();
-  for (int n = 0; n < NV; ++n) {
-    for (int i = 0; i < VP; ++i) LT[n][i] = splat<V>(log_p + log_q);
-    g[n] = splat<V>(0.0f);
-  }
+  for (int j = 0; j < 8; ++j) g[j] = splat<V>(0.0f);
   const float prox = o.proximal ? 1.0f : 0.0f;
   // Times -1 / eps rather than dividing by eps as the reference does: one
-  // rounding more, against a division (the slowest vector instruction
-  // here) per row and step.
-  const float minus_inv_eps = -1.0f / eps;
+  // rounding more, against a division per entry and step.
+  const float minus_inv_eps = -1.0f / static_cast<float>(o.eps);
   for (int step = 0; step < o.outer; ++step) {
-    // cost = row 1^T + 1 col^T - h1 T h2^T + beta K (Eq. 10, 25a); from
-    // the uniform plan, h1 T is the location's h1 T_0.
-    if (step == 0)
-      gw_product_uniform();
-    else
-      gw_product_simd<V, VP, NV>(h1, T, H2T, A, C);
-    for (int n = 0; n < NV; ++n)
-      for (int i = 0; i < VP; ++i)
-        LK[n][i] =
-            ((row[i] + colv[n]) - C[n][i] + beta * K[n][i]) * minus_inv_eps +
-            prox * LT[n][i];
+    // log k = -(row 1^T + 1 col^T - h1 T h2^T + beta K) / eps + log T_prev
+    // (Eq. 10, 25, 25a); from the uniform plan, h1 T is the location's
+    // h1 T_0 and log T_prev = log p + log q.
+    h1_plan(step == 0);
+    for (int i = 0; i < VP; ++i)
+      for (int j = 0; j < 8; ++j) {
+        const int e = 8 * i + j;
+        const V lt =
+            step == 0 ? splat<V>(log_p + log_q) : (LK[e] + f[i]) + g[j];
+        const V c = times_h2t_entry(A + 8 * i, H2T, j);
+        LK[e] = ((row[i] + col[j]) - c + beta * K[e]) * minus_inv_eps +
+                prox * lt;
+      }
     // One log-domain iteration, then M = exp(logk + f + g). f = log p -
-    // LSE_j(logk + g), eight rows at a time, keeping the shifted kernel
-    // exp(logk + g - max_j) in Mx and u = p / its row sums: Mx u is then
-    // exp(logk + f + g) with the old g, so the column update
-    // g += log(q / (u^T Mx)) and M = Mx u q / (u^T Mx) need no further
-    // exp. Exact unless a column of Mx u is so small that the floor of its
-    // entries matters; such a vector takes the column update in the log
-    // domain.
-    for (int b = 0; b < R; ++b)
-      for (int n = 0; n < NV; ++n) {
-        V x[8];
-        for (int k = 0; k < 8; ++k) x[k] = LK[n][8 * b + k] + g[n];
-        const V mx = reduce_rows(x, max_op<V>);
-        V* e = Mx[n] + 8 * b;
-        for (int k = 0; k < 8; ++k) e[k] = vexp(x[k] - row_lane(mx, k), lo);
-        const V sum = reduce_rows(e, add_op<V>);  // >= 1: the row's max is 1
-        f[n][b] = log_p - (vlog(sum) + mx);
-        u[n][b] = p / sum;
+    // LSE_j(logk + g), keeping the shifted kernel exp(logk + g - max_j) in
+    // M and u = p / its row sums: M u is then exp(logk + f + g) with the
+    // old g, so the column update g += log(q / (u^T M)) and M = M u q /
+    // (u^T M) need no further exp. Exact unless a column of M u is so
+    // small that the floor of its entries matters; then the column update
+    // runs in the log domain (for every lane).
+    for (int i = 0; i < VP; ++i) {
+      V x[8], mx = LK[8 * i] + g[0];
+      for (int j = 0; j < 8; ++j) {
+        x[j] = LK[8 * i + j] + g[j];
+        mx = vmax(mx, x[j]);
       }
-    for (int n = 0; n < NV; ++n) {
-      for_rows<VP>(
-          [&](int b, int r) { Mx[n][8 * b + r] *= row_lane(u[n][b], r); });
-      V cs = sum_rows<V, VP>([&](int b, int r) { return Mx[n][8 * b + r]; });
-      if (all_lanes(cs >= p * kSafeColumn)) {
-        const V w = q / cs;
-        g[n] += vlog(w);
-        for (int i = 0; i < VP; ++i) Mx[n][i] *= w;
-      } else {
-        // g = log q - LSE_i(logk + f), then M (Mx holds logk + f first).
-        V cm = splat<V>(-std::numeric_limits<float>::infinity());
-        for_rows<VP>([&](int b, int r) {
-          const int i = 8 * b + r;
-          Mx[n][i] = LK[n][i] + row_lane(f[n][b], r);
-          cm = vmax(cm, Mx[n][i]);
-        });
-        cs = sum_rows<V, VP>(
-            [&](int b, int r) { return vexp(Mx[n][8 * b + r] - cm, lo); });
-        g[n] = log_q - (vlog(cs) + cm);
-        for (int i = 0; i < VP; ++i) Mx[n][i] = vexp(Mx[n][i] + g[n], lo);
+      V sum = splat<V>(0.0f);  // >= 1: the row's max is 1
+      for (int j = 0; j < 8; ++j) {
+        x[j] = vexp(x[j] - mx, lo);
+        sum += x[j];
       }
+      f[i] = log_p - (vlog(sum) + mx);
+      u[i] = p / sum;
+      for (int j = 0; j < 8; ++j) M[8 * i + j] = x[j] * u[i];
+    }
+    V cs[8];
+    for (int j = 0; j < 8; ++j) cs[j] = splat<V>(0.0f);
+    for (int i = 0; i < VP; ++i)
+      for (int j = 0; j < 8; ++j) cs[j] += M[8 * i + j];
+    bool safe = true;
+    for (int j = 0; j < 8; ++j) safe &= all_lanes(cs[j] >= p * kSafeColumn);
+    if (safe) {
+      for (int j = 0; j < 8; ++j) {
+        const V w = q / cs[j];
+        g[j] += vlog(w);
+        cs[j] = w;
+      }
+      for (int i = 0; i < VP; ++i)
+        for (int j = 0; j < 8; ++j) M[8 * i + j] *= cs[j];
+    } else {
+      // g = log q - LSE_i(logk + f), then M (M holds logk + f first).
+      V cm[8];
+      for (int j = 0; j < 8; ++j)
+        cm[j] = splat<V>(-std::numeric_limits<float>::infinity());
+      for (int i = 0; i < VP; ++i)
+        for (int j = 0; j < 8; ++j) {
+          M[8 * i + j] = LK[8 * i + j] + f[i];
+          cm[j] = vmax(cm[j], M[8 * i + j]);
+        }
+      for (int j = 0; j < 8; ++j) cs[j] = splat<V>(0.0f);
+      for (int i = 0; i < VP; ++i)
+        for (int j = 0; j < 8; ++j) cs[j] += vexp(M[8 * i + j] - cm[j], lo);
+      for (int j = 0; j < 8; ++j) g[j] = log_q - (vlog(cs[j]) + cm[j]);
+      for (int i = 0; i < VP; ++i)
+        for (int j = 0; j < 8; ++j)
+          M[8 * i + j] = vexp(M[8 * i + j] + g[j], lo);
     }
     if (o.inner > 1) {
       // Stabilised kernel-domain iterations on M.
-      for (int n = 0; n < NV; ++n) v[n] = splat<V>(1.0f);
+      for (int j = 0; j < 8; ++j) v[j] = splat<V>(1.0f);
       for (int it = 0; it < o.inner - 1; ++it) {
-        for (int b = 0; b < R; ++b)
-          for (int n = 0; n < NV; ++n) {
-            V x[8];
-            for (int k = 0; k < 8; ++k) x[k] = Mx[n][8 * b + k] * v[n];
-            const V sb = reduce_rows(x, add_op<V>);
-            u[n][b] = p / vmax(sb, splat<V>(tn));
+        for (int i = 0; i < VP; ++i) {
+          // Two partial sums: half the dependent chain of multiply-adds.
+          V s0 = M[8 * i] * v[0], s1 = M[8 * i + 1] * v[1];
+          for (int j = 2; j < 8; j += 2) {
+            s0 += M[8 * i + j] * v[j];
+            s1 += M[8 * i + j + 1] * v[j + 1];
           }
-        for (int n = 0; n < NV; ++n) {
-          const V c = sum_rows<V, VP>([&](int b, int r) {
-            return row_lane(u[n][b], r) * Mx[n][8 * b + r];
-          });
-          v[n] = q / vmax(c, splat<V>(tn));
+          u[i] = p / vmax(s0 + s1, splat<V>(tn));
         }
+        for (int j = 0; j < 8; ++j) cs[j] = splat<V>(0.0f);
+        for (int i = 0; i < VP; ++i)
+          for (int j = 0; j < 8; ++j) cs[j] += u[i] * M[8 * i + j];
+        for (int j = 0; j < 8; ++j) v[j] = q / vmax(cs[j], splat<V>(tn));
       }
-      for (int n = 0; n < NV; ++n) {
-        for (int b = 0; b < R; ++b) f[n][b] += vlog(u[n][b]);
-        g[n] += vlog(v[n]);
-        for_rows<VP>([&](int b, int r) {
-          const int i = 8 * b + r;
-          T[n][i] = Mx[n][i] * row_lane(u[n][b], r) * v[n];
-          LT[n][i] = LK[n][i] + row_lane(f[n][b], r) + g[n];
-        });
-      }
+      for (int i = 0; i < VP; ++i) f[i] += vlog(u[i]);
+      for (int j = 0; j < 8; ++j) g[j] += vlog(v[j]);
+      for (int i = 0; i < VP; ++i)
+        for (int j = 0; j < 8; ++j) T[8 * i + j] = M[8 * i + j] * u[i] * v[j];
     } else {
-      for (int n = 0; n < NV; ++n)
-        for_rows<VP>([&](int b, int r) {
-          const int i = 8 * b + r;
-          LT[n][i] = LK[n][i] + row_lane(f[n][b], r) + g[n];
-          T[n][i] = Mx[n][i];
-        });
+      for (int e = 0; e < P; ++e) T[e] = M[e];
     }
   }
   if (!o.round_plan) return finish();
   // Rounding onto Gamma(p, q) (mmhgw.ot.round_to_polytope).
-  for (int n = 0; n < NV; ++n) {
-    V* t = T[n];
-    V* d = u[n];  // the rows' deficits
-    for (int b = 0; b < R; ++b) {
-      const V rs = reduce_rows(t + 8 * b, add_op<V>);
-      const V k = vmin(p / vmax(rs, splat<V>(tn)), splat<V>(1.0f));
-      for (int r = 0; r < 8; ++r) t[8 * b + r] *= row_lane(k, r);
-    }
-    auto plan_entry = [&](int b, int r) { return t[8 * b + r]; };
-    V cs = sum_rows<V, VP>(plan_entry);
-    const V kc = vmin(q / vmax(cs, splat<V>(tn)), splat<V>(1.0f));
-    for (int i = 0; i < VP; ++i) t[i] *= kc;
-    V total = splat<V>(0.0f);
-    for (int b = 0; b < R; ++b) {
-      const V rs = reduce_rows(t + 8 * b, add_op<V>);
-      d[b] = vmax(p - rs, splat<V>(0.0f));
-      total += d[b];
-    }
-    total = half_sum(total);
-    cs = sum_rows<V, VP>(plan_entry);
-    const V dq = vmax(q - cs, splat<V>(0.0f));
-    // Per problem: no correction below sqrt(tiny) (see Solver).
-    const V coef =
-        total > std::sqrt(tn) ? dq / vmax(total, splat<V>(tn)) : splat<V>(0.0f);
-    for_rows<VP>(
-        [&](int b, int r) { t[8 * b + r] += row_lane(d[b], r) * coef; });
+  V cs[8], d[VP];  // column sums, the rows' deficits
+  auto column_sums_lanes = [&]() {
+    for (int j = 0; j < 8; ++j) cs[j] = splat<V>(0.0f);
+    for (int i = 0; i < VP; ++i)
+      for (int j = 0; j < 8; ++j) cs[j] += T[8 * i + j];
+  };
+  auto row_sum = [&](int i) {
+    V s = T[8 * i];
+    for (int j = 1; j < 8; ++j) s += T[8 * i + j];
+    return s;
+  };
+  for (int i = 0; i < VP; ++i) {
+    const V k = vmin(p / vmax(row_sum(i), splat<V>(tn)), splat<V>(1.0f));
+    for (int j = 0; j < 8; ++j) T[8 * i + j] *= k;
   }
+  column_sums_lanes();
+  for (int j = 0; j < 8; ++j) {
+    const V k = vmin(q / vmax(cs[j], splat<V>(tn)), splat<V>(1.0f));
+    for (int i = 0; i < VP; ++i) T[8 * i + j] *= k;
+  }
+  V total = splat<V>(0.0f);
+  for (int i = 0; i < VP; ++i) {
+    d[i] = vmax(p - row_sum(i), splat<V>(0.0f));
+    total += d[i];
+  }
+  column_sums_lanes();
+  // Per lane: no correction below sqrt(tiny) (see Solver).
+  const V has = total > std::sqrt(tn) ? splat<V>(1.0f) : splat<V>(0.0f);
+  for (int j = 0; j < 8; ++j)
+    cs[j] = vmax(q - cs[j], splat<V>(0.0f)) / vmax(total, splat<V>(tn)) * has;
+  for (int i = 0; i < VP; ++i)
+    for (int j = 0; j < 8; ++j) T[8 * i + j] += d[i] * cs[j];
   return finish();
 }
 
 // Cross cost for V_q = 8 from the scaled embeddings x' = x / a, y' = y / b
-// (see Scaling): sq[i] = (ra^2 |x'_i|^2 + rb^2 |y'|^2 - 2 ra rb x'_i . y')
-// c^2 over the eight parts y at once, K = 1 - exp(-max(sq, 0) / d), for
-// the G = W / 8 types of a vector together: type h (parts xq[h], their
-// squared norms sqq[h], scaling sc[h]; into K[h] and sq[h]) in half h.
+// (see Scaling), one type per lane: sq = (ra^2 |x'_i|^2 + rb^2 |y'_j|^2 -
+// 2 ra rb x'_i . y'_j) c^2 and K = 1 - exp(-max(sq, 0) / d), entry 8 i + j
+// of every lane's [Vp][8] in one vector. xp [Vp][d] and sqp [Vp] are the
+// location's; parts [8 d] (coordinate e of part j at j d + e), sqq [8] and
+// the scalings the lanes'.
 template <typename V>
-inline void cross_cost_simd(const float* __restrict__ xp,
-                            const float* const* xq,
-                            const float* __restrict__ sqp,
-                            const float* const* sqq, int Vp, int d,
-                            const Scaling<float>* sc, float* const* K,
-                            float* const* sq) {
-  constexpr int G = Lanes<V>::W / 8;
-  // The parts transposed: XqT[e] holds coordinate e of the eight parts (on
-  // the stack for the usual part sizes: this runs once per problem).
-  V small[16];
-  std::vector<V> large(d > 16 ? d : 0);
-  V* XqT = d > 16 ? large.data() : small;
-  V sy, ra2, rb2, two_rab, c;
-  for (int h = 0; h < G; ++h)
-    for (int j = 0; j < 8; ++j) {
-      const int l = 8 * h + j;
-      for (int e = 0; e < d; ++e) XqT[e][l] = xq[h][j * d + e];
-      sy[l] = sqq[h][j];
-      ra2[l] = sc[h].ra * sc[h].ra;
-      rb2[l] = sc[h].rb * sc[h].rb;
-      two_rab[l] = 2 * (sc[h].ra * sc[h].rb);
-      c[l] = sc[h].c;
-    }
+inline void cross_cost_lanes(const float* __restrict__ xp,
+                             const float* __restrict__ sqp, int Vp, int d,
+                             const V* parts, const V* sqq, V ra2, V rb2,
+                             V two_rab, V c, V* K, V* sq) {
   const float inv_d = 1.0f / d;
-  for (int i = 0; i < Vp; ++i) {
-    V acc = ra2 * sqp[i] + rb2 * sy;
-    for (int e = 0; e < d; ++e) acc -= (two_rab * xp[i * d + e]) * XqT[e];
-    acc = acc * c * c;
-    const V k = 1.0f - vexp(-vmax(acc, splat<V>(0.0f)) * inv_d, -88.0f);
-    for (int h = 0; h < G; ++h) {
-      std::memcpy(sq[h] + i * 8, reinterpret_cast<const char*>(&acc) + 32 * h,
-                  32);
-      std::memcpy(K[h] + i * 8, reinterpret_cast<const char*>(&k) + 32 * h, 32);
+  for (int i = 0; i < Vp; ++i)
+    for (int j = 0; j < 8; ++j) {
+      V acc = ra2 * sqp[i] + rb2 * sqq[j];
+      for (int e = 0; e < d; ++e)
+        acc -= (two_rab * xp[i * d + e]) * parts[j * d + e];
+      acc = acc * c * c;
+      sq[8 * i + j] = acc;
+      K[8 * i + j] = 1.0f - vexp(-vmax(acc, splat<V>(0.0f)) * inv_d, -88.0f);
     }
-  }
 }
 
 // Envelope gradient of one problem for V_q = 8 and d = 8 (Solver::backward
@@ -795,6 +782,12 @@ Types<scalar_t> prepare_types(const Inputs<scalar_t>& in, const Options& o) {
 // VP, VQ: problem sizes fixed at compile time (0: taken from Options), so
 // that the loops over a row or a column of the common shapes become whole
 // SIMD vectors.
+// What a caller of Solver reads from its slots besides the values: the
+// plans (parts, plans), and the terms of the envelope gradient (h1 T, the
+// cross costs and squared distances). The SIMD path, which solves in lane
+// layout, writes back only these.
+enum SlotNeeds : int { kValuesOnly = 0, kPlans = 1, kGradientTerms = 2 };
+
 template <typename scalar_t, int VP, int VQ>
 class Solver {
  public:
@@ -855,17 +848,16 @@ class Solver {
     return bad_location_ || ty.bad[n];
   }
 
-  // Problems solved together on the SIMD path: two vectors side by side
-  // (see solve_plan_simd), each holding two output types with 16-lane
-  // vectors (AVX-512) or one with 8 lanes; one problem elsewhere.
+  // Problems solved together on the SIMD path: one per lane of a vector
+  // (see solve_plans_lanes); one elsewhere.
 #ifdef __AVX512F__
-  static constexpr int kVectorProblems = 2;
+  static constexpr int kLanes = 16;
 #else
-  static constexpr int kVectorProblems = 1;
+  static constexpr int kLanes = 8;
 #endif
   static constexpr int kGroup =
       (std::is_same_v<scalar_t, float> && VQ == 8 && VP > 0 && VP % 8 == 0)
-          ? 2 * kVectorProblems
+          ? kLanes
           : 1;
 
   // Per location m and types n .. n + count - 1 (count <= kGroup): cross
@@ -875,6 +867,8 @@ class Solver {
   void solve(const Inputs<scalar_t>& in, const Types<scalar_t>& ty, int n,
              int count = 1) {
     const int d = o_.d;
+    in_col_ = in.col;
+    in_h2_ = in.h2;
     for (int s = 0; s < count; ++s) {
       const int64_t t = n + s;
       xq_[s] = in.Xq + t * Vq * d;
@@ -882,17 +876,6 @@ class Solver {
       col_[s] = in.col + t * Vq;
       bad_[s] = poisoned(ty, t);
     }
-    int s = 0;
-#ifdef __AVX512F__
-    // Two types per 16-lane vector (a group of more than one has no
-    // poisoned problem).
-    if constexpr (kSimd)
-      for (; s + 1 < count; s += 2) cross_cost_simd_slots<v16f>(ty, n + s, s);
-#endif
-    for (; s < count; ++s)
-      if (!bad_[s])
-        cross_cost(ty.xq.data() + (n + s) * Vq * d,
-                   ty.sqq.data() + (n + s) * Vq, ty.scale[n + s], s);
     if (bad_[0]) {
       const scalar_t nan = std::numeric_limits<scalar_t>::quiet_NaN();
       std::fill(T.begin(), T.begin() + P, nan);
@@ -900,8 +883,20 @@ class Solver {
       value_[0] = nan;
       return;
     }
+    if constexpr (kSimd) {
+#ifdef __AVX512F__
+      if (count > 8) return solve_lanes<v16f>(ty, n, count);
+#endif
+      return solve_lanes<v8f>(ty, n, count);
+    }
+    for (int s = 0; s < count; ++s)
+      cross_cost(ty.xq.data() + (n + s) * Vq * d, ty.sqq.data() + (n + s) * Vq,
+                 ty.scale[n + s], s);
     solve_plan(count);
   }
+
+  // What the caller will read from the slots (SlotNeeds).
+  void set_needs(int needs) { needs_ = needs; }
 
   const scalar_t* plan(int s = 0) const { return T.data() + s * P; }
 
@@ -929,15 +924,18 @@ class Solver {
     const scalar_t* __restrict__ T = plan(s);
     if constexpr (kSimd) {
       if (d == 8) {
+        // Eight independent sums (one per part) rather than one chain of
+        // Vp dependent additions per part.
+        v8f acc[8];
+        for (int j = 0; j < 8; ++j) acc[j] = splat(0.0f);
+        for (int i = 0; i < Vp; ++i) {
+          v8f x;
+          std::memcpy(&x, xp_ + i * 8, sizeof(x));
+          for (int j = 0; j < 8; ++j) acc[j] += T[i * 8 + j] * x;
+        }
         for (int j = 0; j < 8; ++j) {
-          v8f acc = splat(0.0f);
-          for (int i = 0; i < Vp; ++i) {
-            v8f x;
-            std::memcpy(&x, xp_ + i * 8, sizeof(x));
-            acc += T[i * 8 + j] * x;
-          }
-          acc *= 8.0f;
-          std::memcpy(out + j * 8, &acc, sizeof(acc));
+          acc[j] *= 8.0f;
+          std::memcpy(out + j * 8, &acc[j], sizeof(acc[j]));
         }
         return;
       }
@@ -1053,25 +1051,6 @@ class Solver {
   }
 
  private:
-  // The cross costs of the G types t .. t + G - 1 of one vector V into
-  // slots s .. s + G - 1 (SIMD path).
-  template <typename V>
-  void cross_cost_simd_slots(const Types<scalar_t>& ty, int64_t t, int s) {
-    constexpr int G = Lanes<V>::W / 8;
-    const int d = o_.d;
-    const float *xq[G], *sqq[G];
-    float *K[G], *q2[G];
-    Scaling<float> sc[G];
-    for (int h = 0; h < G; ++h) {
-      xq[h] = ty.xq.data() + (t + h) * Vq * d;
-      sqq[h] = ty.sqq.data() + (t + h) * Vq;
-      sc[h] = Scaling<float>(scale_, ty.scale[t + h]);
-      K[h] = Kc.data() + (s + h) * P;
-      q2[h] = sq.data() + (s + h) * P;
-    }
-    cross_cost_simd<V>(xps.data(), xq, sqp.data(), sqq, Vp, d, sc, K, q2);
-  }
-
   // From the scaled parts xq [Vq, d] of a type, their squared norms sqq
   // and scale b: the squared distances (sq, true scale) and cross cost K
   // of slot s.
@@ -1079,13 +1058,6 @@ class Solver {
                   scalar_t b, int s) {
     const int d = o_.d;
     const Scaling<scalar_t> sc(scale_, b);
-    if constexpr (kSimd) {
-      const float *parts = xq, *norms = sqq;
-      float *K = Kc.data() + s * P, *q2 = sq.data() + s * P;
-      cross_cost_simd<v8f>(xps.data(), &parts, sqp.data(), &norms, Vp, d, &sc,
-                           &K, &q2);
-      return;
-    }
     const scalar_t* __restrict__ xp = xps.data();
     scalar_t* __restrict__ q2 = sq.data();
     const scalar_t ra2 = sc.ra * sc.ra, rb2 = sc.rb * sc.rb;
@@ -1150,15 +1122,6 @@ class Solver {
       std::is_same_v<scalar_t, float> && VQ == 8 && VP > 0 && VP % 8 == 0;
 
   void solve_plan(int count) {
-    if constexpr (kSimd) {
-#ifdef __AVX512F__
-      if (count > 2) return solve_group<v16f, 2>(count);
-      if (count == 2) return solve_group<v16f, 1>(count);
-#else
-      if (count == 2) return solve_group<v8f, 2>(count);
-#endif
-      return solve_group<v8f, 1>(count);
-    }
     transpose(h2_[0], Vq, Vq, h2T.data());
     const scalar_t p = scalar_t(1) / Vp, q = scalar_t(1) / Vq;
     const scalar_t log_p = std::log(p), log_q = std::log(q);
@@ -1248,38 +1211,56 @@ class Solver {
     if (o_.round_plan) round_to_polytope(p, q);
   }
 
-  // The SIMD path for the first count problems (slots) of a group: slot s
-  // is half s % G of vector s / G. Their per-type inputs interleaved by
-  // halves, solve_plan_simd, the plans and h1 T back into their slots.
-  // Halves beyond count solve the last problem again (a group's tail).
-  template <typename V, int NV>
-  void solve_group(int count) {
-    constexpr int G = Lanes<V>::W / 8;
-    V H2T[NV][8], K[NV][VP], TV[NV][VP], AV[NV][VP], colv[NV];
-    float values[NV * G];
-    for (int n = 0; n < NV; ++n)
-      for (int h = 0; h < G; ++h) {
-        const int s = std::min(n * G + h, count - 1);
-        for (int j = 0; j < 8; ++j) {
-          colv[n][8 * h + j] = col_[s][j];
-          for (int l = 0; l < 8; ++l) H2T[n][l][8 * h + j] = h2_[s][j * 8 + l];
-        }
-        for (int i = 0; i < VP; ++i)
-          std::memcpy(reinterpret_cast<char*>(&K[n][i]) + 32 * h,
-                      Kc.data() + s * P + 8 * i, 32);
+  // The SIMD path for types n .. n + count - 1, type n + s in lane s (lanes
+  // beyond count solve the last type again, a group's tail): the cross
+  // costs and the plans in lane layout (cross_cost_lanes,
+  // solve_plans_lanes), then the plans, h1 T, the cross costs and squared
+  // distances back into their slots, as far as needs_ asks.
+  template <typename V>
+  void solve_lanes(const Types<scalar_t>& ty, int64_t n, int count) {
+    constexpr int W = Lanes<V>::W;
+    const int d = o_.d;
+    V H2T[8][8], K[VP * 8], SQ[VP * 8], TV[VP * 8], AV[VP * 8], colv[8];
+    V sqq[8], ra2, rb2, two_rab, c, values;
+    // Coordinate e of part j at j d + e (on the stack for the usual part
+    // sizes).
+    V small[8 * 16];
+    std::vector<V> large(d > 16 ? 8 * d : 0);
+    V* parts = d > 16 ? large.data() : small;
+    const float* h2[W];
+    float *t[W], *a[W], *k[W], *q2[W];
+    for (int s = 0; s < W; ++s) {
+      const int64_t src = n + std::min(s, count - 1);
+      const Scaling<float> sc(scale_, ty.scale[src]);
+      ra2[s] = sc.ra * sc.ra;
+      rb2[s] = sc.rb * sc.rb;
+      two_rab[s] = 2 * (sc.ra * sc.rb);
+      c[s] = sc.c;
+      for (int j = 0; j < 8; ++j) {
+        colv[j][s] = in_col_[src * 8 + j];
+        sqq[j][s] = ty.sqq[src * 8 + j];
       }
-    solve_plan_simd<V, VP, NV>(h1_, h1T0.data(), H2T, row_, colv, K, o_, TV, AV,
-                               values);
-    for (int s = 0; s < count; ++s) {
-      const int n = s / G, h = s % G;
-      for (int i = 0; i < VP; ++i) {
-        std::memcpy(T.data() + s * P + 8 * i,
-                    reinterpret_cast<const char*>(&TV[n][i]) + 32 * h, 32);
-        std::memcpy(A.data() + s * P + 8 * i,
-                    reinterpret_cast<const char*>(&AV[n][i]) + 32 * h, 32);
-      }
-      value_[s] = values[s];
+      for (int e = 0; e < 8 * d; ++e) parts[e][s] = ty.xq[src * 8 * d + e];
+      h2[s] = in_h2_ + src * 64;
+      t[s] = T.data() + s * P;
+      a[s] = A.data() + s * P;
+      k[s] = Kc.data() + s * P;
+      q2[s] = sq.data() + s * P;
     }
+    cross_cost_lanes<V>(xps.data(), sqp.data(), VP, d, parts, sqq, ra2,
+                        rb2, two_rab, c, K, SQ);
+    to_lanes(h2, 64, &H2T[0][0]);  // h2 [j][l] so far
+    for (int j = 0; j < 8; ++j)
+      for (int l = 0; l < j; ++l) std::swap(H2T[j][l], H2T[l][j]);
+    solve_plans_lanes<V, VP>(h1_, h1T0.data(), row_, colv, H2T, K, o_, TV, AV,
+                             values);
+    if (needs_ & kPlans) from_lanes(TV, VP * 8, count, t);
+    if (needs_ & kGradientTerms) {
+      from_lanes(AV, VP * 8, count, a);
+      from_lanes(K, VP * 8, count, k);
+      from_lanes(SQ, VP * 8, count, q2);
+    }
+    for (int s = 0; s < count; ++s) value_[s] = values[s];
   }
 
   // mmhgw.ot.round_to_polytope: scale down rows over p, then columns over
@@ -1328,6 +1309,8 @@ class Solver {
 
   const Options o_;
   const int Vp, Vq, P;
+  // What the caller reads from the slots besides the values (SlotNeeds).
+  int needs_ = kPlans | kGradientTerms;
   scalar_t value_[kGroup] = {};  // SIMD path: values computed with the plans
   bool bad_[kGroup] = {};        // per slot: a poisoned problem
   bool bad_location_ = false;
@@ -1336,19 +1319,23 @@ class Solver {
   const scalar_t *xp_ = nullptr, *h1_ = nullptr, *row_ = nullptr;
   // Per slot: this type's parts, h2 and column term.
   const scalar_t *xq_[kGroup] = {}, *h2_[kGroup] = {}, *col_[kGroup] = {};
+  // Every type's h2 and column term (the SIMD path reads them by type).
+  const scalar_t *in_h2_ = nullptr, *in_col_ = nullptr;
   std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT, h2T,
       f, g, u, v, s, c, rmax, cmax, sqp, xps, h1T0;
 };
 
 // Solves every (location m in [begin, end), type n) problem, a group of
 // types at a time, and calls fn(solver, m, n, slot) for each, with the
-// problem's plan in that slot of the solver.
+// problem's value and what needs asks for (SlotNeeds) in that slot of the
+// solver.
 template <typename scalar_t, int VP, int VQ, typename Fn>
 void solve_range(const Inputs<scalar_t>& in, const Options& o,
                  const Types<scalar_t>& ty, int64_t begin, int64_t end,
-                 Fn&& fn) {
+                 int needs, Fn&& fn) {
   using Solver_ = Solver<scalar_t, VP, VQ>;
   Solver_ solver(o);
+  solver.set_needs(needs);
   for (int64_t m = begin; m < end; ++m) {
     solver.set_location(in, m);
     for (int n = 0; n < o.N; n += Solver_::kGroup) {
@@ -1376,7 +1363,8 @@ void forward_range(const Inputs<scalar_t>& in, const Options& o,
                    scalar_t* dist, scalar_t* parts) {
   const int64_t part_size = int64_t(o.Vq) * o.d;
   solve_range<scalar_t, VP, VQ>(
-      in, o, ty, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
+      in, o, ty, begin, end, parts ? kPlans : kValuesOnly,
+      [&](auto& solver, int64_t m, int64_t n, int s) {
         dist[m * o.N + n] = solver.value(s);
         if (parts) solver.parts(parts + (m * o.N + n) * part_size, s);
       });
@@ -1394,7 +1382,7 @@ void forward_pose_range(const Inputs<scalar_t>& in, const Options& o,
                         scalar_t* poses) {
   const int K = o.Vq * o.d;
   std::vector<scalar_t> part(K);
-  solve_range<scalar_t, VP, VQ>(in, o, ty, begin, end,
+  solve_range<scalar_t, VP, VQ>(in, o, ty, begin, end, kPlans,
                                 [&](auto& solver, int64_t m, int64_t n, int s) {
                                   dist[m * o.N + n] = solver.value(s);
                                   solver.parts(part.data(), s);
@@ -1418,7 +1406,8 @@ void plans_range(const Inputs<scalar_t>& in, const Options& o,
                  scalar_t* plans) {
   const int64_t P = int64_t(o.Vp) * o.Vq;
   solve_range<scalar_t, VP, VQ>(
-      in, o, ty, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
+      in, o, ty, begin, end, kPlans,
+      [&](auto& solver, int64_t m, int64_t n, int s) {
         const scalar_t* T = solver.plan(s);
         std::copy(T, T + P, plans + (m * o.N + n) * P);
       });
@@ -1439,7 +1428,8 @@ void backward_range(const Inputs<scalar_t>& in, const Options& o,
                     scalar_t* parts = nullptr) {
   const int Vp = o.Vp, Vq = o.Vq, d = o.d;
   solve_range<scalar_t, VP, VQ>(
-      in, o, ty, begin, end, [&](auto& solver, int64_t m, int64_t n, int s) {
+      in, o, ty, begin, end, kPlans | kGradientTerms,
+      [&](auto& solver, int64_t m, int64_t n, int s) {
         solver.value(s);  // leaves h1 T for the gradient of h2
         if (parts) solver.parts(parts + (m * o.N + n) * Vq * d, s);
         solver.backward(
