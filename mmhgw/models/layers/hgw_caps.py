@@ -1,5 +1,6 @@
 """The HGW capsule layer: a drop-in for a k x k convolution (paper Sec. 3-4,
 Fig. 2, Eq. 18, Eq. 21, Eq. reg, Algorithm 1)."""
+import contextlib
 import math
 from typing import Optional, Tuple
 
@@ -22,6 +23,7 @@ from .hgw_caps_structures import (RoutingInputs, Structures, layer_factors,
                                   layer_structures, layer_terms,
                                   observed_input, regulariser)
 from .precision import autocast_off, narrower_than_float32, restore_float32
+from .recompute import recomputed_in_backward
 
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
 SAFE_NORM_EPS = 1e-6
@@ -252,11 +254,12 @@ class HGWCaps(BaseModule):
 
     def _routing_terms(
             self, X_p: Tensor, obs_p: Optional[Tensor], want_reg: bool,
-            X_reg: Optional[Tensor] = None
+            X_reg: Optional[Tensor] = None, beta: Optional[Tensor] = None
     ) -> Tuple[GWFactors, Optional[Tensor]]:
         """The factors and the regulariser E (None unless ``want_reg``) of
-        the components X_p [B, L, V_p, d]."""
-        beta = self.beta.to(X_p.dtype)
+        the components X_p [B, L, V_p, d], at ``beta`` (default: the
+        layer's)."""
+        beta = (self.beta if beta is None else beta).to(X_p.dtype)
         if not want_reg:
             return layer_factors(X_p, self.subcapsules, beta, obs_p,
                                  self.use_observed, self.observed,
@@ -267,6 +270,22 @@ class HGWCaps(BaseModule):
                                self.reg_weight)
         s = self._structures(X_p, obs_p)
         return s.factors(), regulariser(s, self.reg_weight, X_reg)
+
+    def _h1_recomputed(self, h1: Tensor, X_p: Tensor, obs_p: Optional[Tensor],
+                       want_reg: bool):
+        """A context under which the routing op keeps no copy of the
+        structure factor ``h1`` [B, L, V_p, V_p] (V_p / d times the size of
+        the components, the largest tensor the layer would keep): backward
+        forms it again from the components, which it keeps anyway, by the
+        structures kernel that made it (a few percent of the layer's
+        forward), at the beta of this forward."""
+        beta = self.beta.detach().clone()
+        X_p = X_p.detach()
+
+        def recompute():
+            return self._routing_terms(X_p, obs_p, want_reg, beta=beta)[0].h1
+
+        return recomputed_in_backward(h1, recompute)
 
     def _cross_cost(self, X_p: Tensor) -> Tensor:
         """``K(X_p, X_q[n])`` [B, L, N, V_p, V_q] (for :meth:`route`; the
@@ -402,6 +421,7 @@ class HGWCaps(BaseModule):
                 else None
         else:
             terms = (X_p, obs_p, want_reg, X_reg)
+            keep = contextlib.nullcontext()
             if torch.is_grad_enabled() and not (
                     X_reg is None and runs_component_kernels(
                         X_p, self.beta, obs_p, self.backend)):
@@ -412,13 +432,17 @@ class HGWCaps(BaseModule):
                                           use_reentrant=False)
             else:
                 factors, reg = self._routing_terms(*terms)
+                if torch.is_grad_enabled():
+                    keep = self._h1_recomputed(factors.h1, X_p, obs_p,
+                                               want_reg)
             # Envelope gradients from the fused op: neither plans nor parts
             # are stored. The mean pose needs the distances alone.
-            dist, pose = hgw_routing(X_p, self.subcapsules, factors,
-                                     self.beta.to(X_p.dtype),
-                                     pose_weight=self.pose_weight,
-                                     distance_only=self.pose_from == 'mean',
-                                     **self.routing_options())
+            with keep:
+                dist, pose = hgw_routing(
+                    X_p, self.subcapsules, factors, self.beta.to(X_p.dtype),
+                    pose_weight=self.pose_weight,
+                    distance_only=self.pose_from == 'mean',
+                    **self.routing_options())
         if self.pose_from == 'mean':
             pose = mean_pose(X_p, self.pose_weight)
         return self._output(self._capsules(pose, dist), size), reg, dist

@@ -472,8 +472,8 @@ void solve_plans_lanes(const float* __restrict__ h1,
         const V lt =
             step == 0 ? splat<V>(log_p + log_q) : (LK[e] + f[i]) + g[j];
         const V c = times_h2t_entry(A + 8 * i, H2T, j);
-        LK[e] = ((row[i] + col[j]) - c + beta * K[e]) * minus_inv_eps +
-                prox * lt;
+        LK[e] =
+            ((row[i] + col[j]) - c + beta * K[e]) * minus_inv_eps + prox * lt;
       }
     // One log-domain iteration, then M = exp(logk + f + g). f = log p -
     // LSE_j(logk + g), keeping the shifted kernel exp(logk + g - max_j) in
@@ -1247,8 +1247,8 @@ class Solver {
       k[s] = Kc.data() + s * P;
       q2[s] = sq.data() + s * P;
     }
-    cross_cost_lanes<V>(xps.data(), sqp.data(), VP, d, parts, sqq, ra2,
-                        rb2, two_rab, c, K, SQ);
+    cross_cost_lanes<V>(xps.data(), sqp.data(), VP, d, parts, sqq, ra2, rb2,
+                        two_rab, c, K, SQ);
     to_lanes(h2, 64, &H2T[0][0]);  // h2 [j][l] so far
     for (int j = 0; j < 8; ++j)
       for (int l = 0; l < j; ++l) std::swap(H2T[j][l], H2T[l][j]);
@@ -1405,12 +1405,12 @@ void plans_range(const Inputs<scalar_t>& in, const Options& o,
                  const Types<scalar_t>& ty, int64_t begin, int64_t end,
                  scalar_t* plans) {
   const int64_t P = int64_t(o.Vp) * o.Vq;
-  solve_range<scalar_t, VP, VQ>(
-      in, o, ty, begin, end, kPlans,
-      [&](auto& solver, int64_t m, int64_t n, int s) {
-        const scalar_t* T = solver.plan(s);
-        std::copy(T, T + P, plans + (m * o.N + n) * P);
-      });
+  solve_range<scalar_t, VP, VQ>(in, o, ty, begin, end, kPlans,
+                                [&](auto& solver, int64_t m, int64_t n, int s) {
+                                  const scalar_t* T = solver.plan(s);
+                                  std::copy(T, T + P,
+                                            plans + (m * o.N + n) * P);
+                                });
 }
 
 // Backward over locations [begin, end): per-location gradients into dXp,
