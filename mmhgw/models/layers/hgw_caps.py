@@ -271,19 +271,19 @@ class HGWCaps(BaseModule):
         s = self._structures(X_p, obs_p)
         return s.factors(), regulariser(s, self.reg_weight, X_reg)
 
-    def _h1_recomputed(self, h1: Tensor, X_p: Tensor, obs_p: Optional[Tensor],
-                       want_reg: bool):
+    def _h1_recomputed(self, h1: Tensor, X_p: Tensor, obs_p: Optional[Tensor]):
         """A context under which the routing op keeps no copy of the
         structure factor ``h1`` [B, L, V_p, V_p] (V_p / d times the size of
         the components, the largest tensor the layer would keep): backward
         forms it again from the components, which it keeps anyway, by the
-        structures kernel that made it (a few percent of the layer's
-        forward), at the beta of this forward."""
+        structures kernel (a few percent of the layer's forward; without
+        the regulariser's term, which h1 does not depend on), at the beta
+        of this forward."""
         beta = self.beta.detach().clone()
         X_p = X_p.detach()
 
         def recompute():
-            return self._routing_terms(X_p, obs_p, want_reg, beta=beta)[0].h1
+            return self._routing_terms(X_p, obs_p, False, beta=beta)[0].h1
 
         return recomputed_in_backward(h1, recompute)
 
@@ -433,8 +433,7 @@ class HGWCaps(BaseModule):
             else:
                 factors, reg = self._routing_terms(*terms)
                 if torch.is_grad_enabled():
-                    keep = self._h1_recomputed(factors.h1, X_p, obs_p,
-                                               want_reg)
+                    keep = self._h1_recomputed(factors.h1, X_p, obs_p)
             # Envelope gradients from the fused op: neither plans nor parts
             # are stored. The mean pose needs the distances alone.
             with keep:

@@ -378,8 +378,7 @@ inline void from_lanes(const V* in, int n, int count, float* const* dst) {
 
 // out = h1 X for the plans X [VP * 8] of the lanes: h1 [VP, VP] is the
 // location's (one number, broadcast), X the lanes' own. Blocks of 4 rows by
-// 4 columns: per step along k, four loads of X and four broadcasts of h1
-// feed sixteen multiply-adds, so that the loads keep up with the FMA units.
+// 4 columns of the result, accumulated over k in registers.
 template <typename V, int VP>
 inline void h1_times(const float* __restrict__ h1, const V* X, V* out) {
   static_assert(VP % 4 == 0, "VP must be a multiple of 4");
@@ -399,6 +398,14 @@ inline void h1_times(const float* __restrict__ h1, const V* X, V* out) {
       for (int r = 0; r < 4; ++r)
         for (int c = 0; c < 4; ++c) out[8 * (i + r) + l + c] = acc[r][c];
     }
+}
+
+// out [8] = the column sums of X [VP * 8], lane by lane.
+template <typename V, int VP>
+inline void lane_column_sums(const V* X, V* out) {
+  for (int j = 0; j < 8; ++j) out[j] = splat<V>(0.0f);
+  for (int i = 0; i < VP; ++i)
+    for (int j = 0; j < 8; ++j) out[j] += X[8 * i + j];
 }
 
 // Entry j of a row of A h2^T from that row a [8] of A (H2T[l][j] is h2^T's
@@ -444,16 +451,18 @@ void solve_plans_lanes(const float* __restrict__ h1,
     for (int i = 0; i < VP; ++i)
       for (int l = 0; l < 8; ++l) A[8 * i + l] = splat<V>(h1T0[i]);
   };
-  // Value at the plan: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
+  // Entry (i, j) of row 1^T + 1 col^T - h1 X h2^T + beta K (Eq. 10,
+  // 25a), with A = h1 X.
+  auto cost = [&](int i, int j) {
+    const V c = times_h2t_entry(A + 8 * i, H2T, j);
+    return (row[i] + col[j]) - c + beta * K[8 * i + j];
+  };
+  // Value at the plan: <cost, T>.
   auto finish = [&]() {
     h1_plan(o.uniform);
     value = splat<V>(0.0f);
     for (int i = 0; i < VP; ++i)
-      for (int j = 0; j < 8; ++j) {
-        const int e = 8 * i + j;
-        const V c = times_h2t_entry(A + 8 * i, H2T, j);
-        value += ((row[i] + col[j]) - c + beta * K[e]) * T[e];
-      }
+      for (int j = 0; j < 8; ++j) value += cost(i, j) * T[8 * i + j];
   };
   if (o.uniform) return finish();
   for (int j = 0; j < 8; ++j) g[j] = splat<V>(0.0f);
@@ -462,18 +471,15 @@ void solve_plans_lanes(const float* __restrict__ h1,
   // rounding more, against a division per entry and step.
   const float minus_inv_eps = -1.0f / static_cast<float>(o.eps);
   for (int step = 0; step < o.outer; ++step) {
-    // log k = -(row 1^T + 1 col^T - h1 T h2^T + beta K) / eps + log T_prev
-    // (Eq. 10, 25, 25a); from the uniform plan, h1 T is the location's
-    // h1 T_0 and log T_prev = log p + log q.
+    // log k = -cost / eps + log T_prev (Eq. 25); from the uniform plan,
+    // h1 T is the location's h1 T_0 and log T_prev = log p + log q.
     h1_plan(step == 0);
     for (int i = 0; i < VP; ++i)
       for (int j = 0; j < 8; ++j) {
         const int e = 8 * i + j;
         const V lt =
             step == 0 ? splat<V>(log_p + log_q) : (LK[e] + f[i]) + g[j];
-        const V c = times_h2t_entry(A + 8 * i, H2T, j);
-        LK[e] =
-            ((row[i] + col[j]) - c + beta * K[e]) * minus_inv_eps + prox * lt;
+        LK[e] = cost(i, j) * minus_inv_eps + prox * lt;
       }
     // One log-domain iteration, then M = exp(logk + f + g). f = log p -
     // LSE_j(logk + g), keeping the shifted kernel exp(logk + g - max_j) in
@@ -498,9 +504,7 @@ void solve_plans_lanes(const float* __restrict__ h1,
       for (int j = 0; j < 8; ++j) M[8 * i + j] = x[j] * u[i];
     }
     V cs[8];
-    for (int j = 0; j < 8; ++j) cs[j] = splat<V>(0.0f);
-    for (int i = 0; i < VP; ++i)
-      for (int j = 0; j < 8; ++j) cs[j] += M[8 * i + j];
+    lane_column_sums<V, VP>(M, cs);
     bool safe = true;
     for (int j = 0; j < 8; ++j) safe &= all_lanes(cs[j] >= p * kSafeColumn);
     if (safe) {
@@ -558,11 +562,6 @@ void solve_plans_lanes(const float* __restrict__ h1,
   if (!o.round_plan) return finish();
   // Rounding onto Gamma(p, q) (mmhgw.ot.round_to_polytope).
   V cs[8], d[VP];  // column sums, the rows' deficits
-  auto column_sums_lanes = [&]() {
-    for (int j = 0; j < 8; ++j) cs[j] = splat<V>(0.0f);
-    for (int i = 0; i < VP; ++i)
-      for (int j = 0; j < 8; ++j) cs[j] += T[8 * i + j];
-  };
   auto row_sum = [&](int i) {
     V s = T[8 * i];
     for (int j = 1; j < 8; ++j) s += T[8 * i + j];
@@ -572,7 +571,7 @@ void solve_plans_lanes(const float* __restrict__ h1,
     const V k = vmin(p / vmax(row_sum(i), splat<V>(tn)), splat<V>(1.0f));
     for (int j = 0; j < 8; ++j) T[8 * i + j] *= k;
   }
-  column_sums_lanes();
+  lane_column_sums<V, VP>(T, cs);
   for (int j = 0; j < 8; ++j) {
     const V k = vmin(q / vmax(cs[j], splat<V>(tn)), splat<V>(1.0f));
     for (int i = 0; i < VP; ++i) T[8 * i + j] *= k;
@@ -582,7 +581,7 @@ void solve_plans_lanes(const float* __restrict__ h1,
     d[i] = vmax(p - row_sum(i), splat<V>(0.0f));
     total += d[i];
   }
-  column_sums_lanes();
+  lane_column_sums<V, VP>(T, cs);
   // Per lane: no correction below sqrt(tiny) (see Solver).
   const V has = total > std::sqrt(tn) ? splat<V>(1.0f) : splat<V>(0.0f);
   for (int j = 0; j < 8; ++j)
@@ -867,8 +866,6 @@ class Solver {
   void solve(const Inputs<scalar_t>& in, const Types<scalar_t>& ty, int n,
              int count = 1) {
     const int d = o_.d;
-    in_col_ = in.col;
-    in_h2_ = in.h2;
     for (int s = 0; s < count; ++s) {
       const int64_t t = n + s;
       xq_[s] = in.Xq + t * Vq * d;
@@ -1230,18 +1227,19 @@ class Solver {
     const float* h2[W];
     float *t[W], *a[W], *k[W], *q2[W];
     for (int s = 0; s < W; ++s) {
-      const int64_t src = n + std::min(s, count - 1);
+      const int slot = std::min(s, count - 1);
+      const int64_t src = n + slot;
       const Scaling<float> sc(scale_, ty.scale[src]);
       ra2[s] = sc.ra * sc.ra;
       rb2[s] = sc.rb * sc.rb;
       two_rab[s] = 2 * (sc.ra * sc.rb);
       c[s] = sc.c;
       for (int j = 0; j < 8; ++j) {
-        colv[j][s] = in_col_[src * 8 + j];
+        colv[j][s] = col_[slot][j];
         sqq[j][s] = ty.sqq[src * 8 + j];
       }
       for (int e = 0; e < 8 * d; ++e) parts[e][s] = ty.xq[src * 8 * d + e];
-      h2[s] = in_h2_ + src * 64;
+      h2[s] = h2_[slot];
       t[s] = T.data() + s * P;
       a[s] = A.data() + s * P;
       k[s] = Kc.data() + s * P;
@@ -1319,8 +1317,6 @@ class Solver {
   const scalar_t *xp_ = nullptr, *h1_ = nullptr, *row_ = nullptr;
   // Per slot: this type's parts, h2 and column term.
   const scalar_t *xq_[kGroup] = {}, *h2_[kGroup] = {}, *col_[kGroup] = {};
-  // Every type's h2 and column term (the SIMD path reads them by type).
-  const scalar_t *in_h2_ = nullptr, *in_col_ = nullptr;
   std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT, h2T,
       f, g, u, v, s, c, rmax, cmax, sqp, xps, h1T0;
 };
