@@ -254,12 +254,11 @@ class HGWCaps(BaseModule):
 
     def _routing_terms(
             self, X_p: Tensor, obs_p: Optional[Tensor], want_reg: bool,
-            X_reg: Optional[Tensor] = None, beta: Optional[Tensor] = None
+            X_reg: Optional[Tensor] = None
     ) -> Tuple[GWFactors, Optional[Tensor]]:
         """The factors and the regulariser E (None unless ``want_reg``) of
-        the components X_p [B, L, V_p, d], at ``beta`` (default: the
-        layer's)."""
-        beta = (self.beta if beta is None else beta).to(X_p.dtype)
+        the components X_p [B, L, V_p, d]."""
+        beta = self.beta.to(X_p.dtype)
         if not want_reg:
             return layer_factors(X_p, self.subcapsules, beta, obs_p,
                                  self.use_observed, self.observed,
@@ -271,19 +270,26 @@ class HGWCaps(BaseModule):
         s = self._structures(X_p, obs_p)
         return s.factors(), regulariser(s, self.reg_weight, X_reg)
 
-    def _h1_recomputed(self, h1: Tensor, X_p: Tensor, obs_p: Optional[Tensor]):
+    def _h1_recomputed(self, h1: Tensor, X_p: Tensor, obs_p: Optional[Tensor],
+                       kernels: bool):
         """A context under which the routing op keeps no copy of the
         structure factor ``h1`` [B, L, V_p, V_p] (V_p / d times the size of
         the components, the largest tensor the layer would keep): backward
-        forms it again from the components, which it keeps anyway, by the
-        structures kernel (a few percent of the layer's forward; without
-        the regulariser's term, which h1 does not depend on), at the beta
-        of this forward."""
-        beta = self.beta.detach().clone()
+        forms it again from the components, which it keeps anyway, as the
+        forward formed it (by the structures kernels if ``kernels``, else
+        by the composition, whichever the grad mode would pick then; a few
+        percent of the layer's forward, without the regulariser's term,
+        which h1 does not depend on), at the beta of this forward and, as
+        the forward, without autocast."""
+        beta = self.beta.detach().clone().to(X_p.dtype)
         X_p = X_p.detach()
+        backend = self.backend if kernels else 'torch'
 
         def recompute():
-            return self._routing_terms(X_p, obs_p, False, beta=beta)[0].h1
+            with autocast_off(X_p.device.type):
+                return layer_factors(X_p, self.subcapsules, beta, obs_p,
+                                     self.use_observed, self.observed,
+                                     backend).h1
 
         return recomputed_in_backward(h1, recompute)
 
@@ -422,9 +428,9 @@ class HGWCaps(BaseModule):
         else:
             terms = (X_p, obs_p, want_reg, X_reg)
             keep = contextlib.nullcontext()
-            if torch.is_grad_enabled() and not (
-                    X_reg is None and runs_component_kernels(
-                        X_p, self.beta, obs_p, self.backend)):
+            kernels = X_reg is None and runs_component_kernels(
+                X_p, self.beta, obs_p, self.backend)
+            if torch.is_grad_enabled() and not kernels:
                 # The composition's [B, L, V_p, V_p] intermediates (about
                 # ten per layer) are cheap to recompute in backward: keep
                 # only X_p, as the C++ kernels do.
@@ -432,8 +438,8 @@ class HGWCaps(BaseModule):
                                           use_reentrant=False)
             else:
                 factors, reg = self._routing_terms(*terms)
-                if torch.is_grad_enabled():
-                    keep = self._h1_recomputed(factors.h1, X_p, obs_p)
+            if torch.is_grad_enabled():
+                keep = self._h1_recomputed(factors.h1, X_p, obs_p, kernels)
             # Envelope gradients from the fused op: neither plans nor parts
             # are stored. The mean pose needs the distances alone.
             with keep:
