@@ -26,8 +26,13 @@ def recomputed_in_backward(target: Tensor, recompute: Callable[[], Tensor]):
     ``recompute`` must give ``target`` again, bit for bit, from tensors that
     autograd keeps anyway (their in-place modification is then caught by
     autograd's version check on those tensors). Where this torch cannot
-    name the hooks in force, nothing is recomputed.
+    name the hooks in force, and under graph capture (torch.compile,
+    torch.export, jit traces: tensors without storage to name, graphs that
+    record what they run), nothing is recomputed.
     """
+    if (type(target) is not torch.Tensor or torch.compiler.is_compiling()
+            or torch.jit.is_tracing()):
+        return contextlib.nullcontext()
     # The hooks in force (torch.utils.checkpoint's, a measurement's): only
     # the innermost pair of saved-tensor hooks applies, so these pass on to
     # them whatever they do not recompute.
@@ -39,7 +44,7 @@ def recomputed_in_backward(target: Tensor, recompute: Callable[[], Tensor]):
     key = _identity(target)
 
     def pack(t: Tensor):
-        if _identity(t) == key:
+        if type(t) is torch.Tensor and _identity(t) == key:
             return _Recipe()
         return pack_outer(t) if pack_outer is not None else t
 
