@@ -275,12 +275,12 @@ class HGWCaps(BaseModule):
         """A context under which the routing op keeps no copy of the
         structure factor ``h1`` [B, L, V_p, V_p] (V_p / d times the size of
         the components, the largest tensor the layer would keep): backward
-        forms it again from the components, which it keeps anyway, as the
-        forward formed it (by the structures kernels if ``kernels``, else
-        by the composition, whichever the grad mode would pick then; a few
-        percent of the layer's forward, without the regulariser's term,
-        which h1 does not depend on), at the beta of this forward and, as
-        the forward, without autocast."""
+        forms it again from the components, which it keeps anyway, by the
+        path the forward took (the structures kernels if ``kernels``, else
+        the composition, even where backward's grad mode would pick the
+        kernels; a few percent of the layer's forward, without the
+        regulariser's term, which h1 does not depend on), at the beta of
+        this forward and, as the forward, without autocast."""
         beta = self.beta.detach().clone().to(X_p.dtype)
         X_p = X_p.detach()
         backend = self.backend if kernels else 'torch'
@@ -427,10 +427,10 @@ class HGWCaps(BaseModule):
                 else None
         else:
             terms = (X_p, obs_p, want_reg, X_reg)
-            keep = contextlib.nullcontext()
-            kernels = X_reg is None and runs_component_kernels(
+            grad = torch.is_grad_enabled()
+            kernels = grad and X_reg is None and runs_component_kernels(
                 X_p, self.beta, obs_p, self.backend)
-            if torch.is_grad_enabled() and not kernels:
+            if grad and not kernels:
                 # The composition's [B, L, V_p, V_p] intermediates (about
                 # ten per layer) are cheap to recompute in backward: keep
                 # only X_p, as the C++ kernels do.
@@ -438,8 +438,8 @@ class HGWCaps(BaseModule):
                                           use_reentrant=False)
             else:
                 factors, reg = self._routing_terms(*terms)
-            if torch.is_grad_enabled():
-                keep = self._h1_recomputed(factors.h1, X_p, obs_p, kernels)
+            keep = (self._h1_recomputed(factors.h1, X_p, obs_p, kernels)
+                    if grad else contextlib.nullcontext())
             # Envelope gradients from the fused op: neither plans nor parts
             # are stored. The mean pose needs the distances alone.
             with keep:
