@@ -6,6 +6,8 @@
 Writes, each in place of the section of the same key (or appended), every
 other section left as it is:
 
+triton-tuning-cuda         the Triton kernels' tiles and float32 products
+                           (tune-triton)
 routing-op-cuda            the routing op vs the 3x3 convolution (bench-op)
 layer-hgw-auto-cuda        the capsule layer vs the convolution (bench-layer)
 models-mask-rcnn-b2-cuda   Mask R-CNN inference and training step
@@ -85,6 +87,17 @@ def info(report, stage=None):
 
 def ok(report, stage):
     return report['stages'].get(stage, {}).get('status') == 'ok'
+
+
+def tuning_section(report, doc):
+    import tune_triton  # a script beside this one
+    r = report['stages']['tune-triton']['result']
+    body = tune_triton.section_body(r['rows'], tuple(r['feature_map']),
+                                    r['rounds'],
+                                    cuda=not report.get('dry_run'))
+    write_section('triton-tuning-cuda',
+                  'Triton routing kernels: tiles and float32 products', body,
+                  info=info(report, 'tune-triton'), doc=doc)
 
 
 def op_section(report, doc):
@@ -233,7 +246,7 @@ def suite_section(report, doc):
                   info=info(report), doc=doc)
 
 
-SECTIONS = (('bench-op', op_section), ('bench-layer', layer_section),
+SECTIONS = (('tune-triton', tuning_section), ('bench-op', op_section), ('bench-layer', layer_section),
             ('bench-mask-rcnn', mask_rcnn_section))
 
 

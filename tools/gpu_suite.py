@@ -27,6 +27,8 @@ mmhgw-ext            the C++ routing kernels for the CPU tests, also in
                      the background
 data                 the demo sets (tools/make_demo_data.py) in WORK/data
 test-cuda            tests/test_cuda.py
+tune-triton          bench/tune_triton.py: the Triton kernels' tiles and
+                     float32 products, timed and checked against float64
 bench-op             bench/bench_op.py --device cuda --batches 1,2
 bench-layer          bench/bench_layer.py --device cuda
 train-unet           stock and HGWCaps UNet on the lesion set, --amp,
@@ -95,6 +97,7 @@ STAGES = {
     'mmhgw-ext': (300, False),
     'data': (120, False),
     'test-cuda': (180, False),
+    'tune-triton': (150, False),
     'bench-op': (150, False),
     'bench-layer': (120, False),
     'train-unet': (240, False),
@@ -103,8 +106,8 @@ STAGES = {
     'train-mask-rcnn': (240, True),
     'tests': (480, True),
 }
-FOREGROUND_BEFORE_OPS = ('data', 'test-cuda', 'bench-op', 'bench-layer',
-                         'train-unet', 'train-deeplabv3plus')
+FOREGROUND_BEFORE_OPS = ('data', 'test-cuda', 'tune-triton', 'bench-op',
+                         'bench-layer', 'train-unet', 'train-deeplabv3plus')
 FOREGROUND_AFTER_OPS = ('bench-mask-rcnn', 'train-mask-rcnn')
 #: Stage -> the stages it cannot run without (added when it is selected).
 NEEDS = {
@@ -276,7 +279,7 @@ def training_options(kind, iters, dry_run):
     """``--cfg-options`` that run a demo config for ``iters`` iterations
     with its schedule stretched to them, logging every
     :func:`training_log_interval` iterations the means over exactly those
-    iterations, and saving no checkpoint; a dry run trains on one image a
+    iterations, and saving no checkpoint; a dry run trains on two images a
     batch and skips the validation."""
     interval = training_log_interval(iters, dry_run)
     options = [
@@ -292,9 +295,9 @@ def training_options(kind, iters, dry_run):
             f'param_scheduler.1.end={iters}',
             f'param_scheduler.1.milestones=[{max(1, iters * 4 // 5)}]'
         ]
-    if dry_run:
+    if dry_run:  # ASPP pools to one value a channel: BN needs two images
         options += [
-            'train_dataloader.batch_size=1', 'val_cfg=None',
+            'train_dataloader.batch_size=2', 'val_cfg=None',
             'val_dataloader=None', 'val_evaluator=None'
         ]
     return options
@@ -915,18 +918,27 @@ class Suite:
         return self.pytest('test-cuda', ['tests/test_cuda.py'], limit,
                            self.timing_cpus)
 
-    def bench(self, name, script, args, limit):
+    def bench(self, name, script, args, limit, env=None):
         out = osp.join(self.logs, f'{name}.json')
         self.checked(name, [
             self.python, script, '--device', self.device, '--no-write',
             '--json', out, *args
-        ], limit, cpus=self.timing_cpus)
+        ], limit, cpus=self.timing_cpus, env=env)
         with open(out) as f:
             return json.load(f)
 
+    def tune_triton(self, limit):
+        if self.dry:  # through the interpreter, at one location
+            return self.bench('tune-triton', 'bench/tune_triton.py',
+                              ['--feature-map', '1x1', '--rounds', '1'],
+                              limit, env=self.env(dict(TRITON_INTERPRET='1')))
+        return self.bench('tune-triton', 'bench/tune_triton.py', [], limit)
+
     def bench_op(self, limit):
+        # The torch composition's GPU times are in the docs already: the
+        # Triton kernels alone here.
         args = (['--feature-map', '3x4', '--repeats', '1']
-                if self.dry else ['--batches', '1,2'])
+                if self.dry else ['--batches', '1,2', '--backends', 'triton'])
         return self.bench('bench-op', 'bench/bench_op.py', args, limit)
 
     def bench_layer(self, limit):
@@ -1072,7 +1084,8 @@ class Suite:
         self.stage('mmhgw-ext', self.start_ext_build)
         steps = dict(
             data=self.make_data, **{
-                'test-cuda': self.test_cuda, 'bench-op': self.bench_op,
+                'test-cuda': self.test_cuda,
+                'tune-triton': self.tune_triton, 'bench-op': self.bench_op,
                 'bench-layer': self.bench_layer,
                 'train-unet': lambda t: self.train('train-unet', t),
                 'train-deeplabv3plus': lambda t: self.train(

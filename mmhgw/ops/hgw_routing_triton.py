@@ -543,17 +543,21 @@ def _meta(X_p, X_q, eps, outer, inner, proximal, uniform):
 #: (columns (types x parts) of a tile, warps of its program), forward and
 #: backward: at the layer's float32 shape on sm_90 the largest forward tile
 #: with no register spill, and the backward tile that spills least
-#: (bench/triton_resources.py). Not yet timed on a GPU.
+#: (bench/triton_resources.py); bench/tune_triton.py times the others.
 FORWARD_TILE = (64, 8)
 BACKWARD_TILE = (16, 8)
+#: ``tl.dot``'s precision for float32 inputs: ``'tf32x3'`` (three TF32
+#: tensor-core products, about float32's accuracy), ``'tf32'`` (one) or
+#: ``'ieee'`` (no tensor cores). float64 is always ``'ieee'``.
+FLOAT32_PRODUCTS = 'tf32x3'
 
 
 def _tile_meta(meta, N, dtype, tile):
     """``(meta, num_warps)`` of a tile kernel with ``tile`` (columns,
     warps): blocks of at least 16 (tl.dot's smallest), BN types per
     program (at least 16 columns, at most ``columns`` unless one type has
-    more parts) and the dot precision: float32 by three TF32 products
-    (tensor cores, about float32 accuracy), float64 exactly."""
+    more parts) and the dot precision (:data:`FLOAT32_PRODUCTS`; float64
+    exactly)."""
     columns, num_warps = tile
     meta = dict(meta)
     BQ = meta['BQ']
@@ -561,7 +565,8 @@ def _tile_meta(meta, N, dtype, tile):
     meta['BD'] = max(16, meta['BD'])
     meta['BN'] = max(1, 16 // BQ, min(columns // BQ,
                                       triton.next_power_of_2(N)))
-    meta['PRECISION'] = 'tf32x3' if dtype == torch.float32 else 'ieee'
+    meta['PRECISION'] = (FLOAT32_PRODUCTS
+                         if dtype == torch.float32 else 'ieee')
     return meta, num_warps
 
 
