@@ -32,11 +32,12 @@ def main():
                     f'{V_p} x {V_q}, d {d}',
                     str(dtype).split('.')[-1], kernel, r['num_warps'],
                     r['registers'], r['spill_bytes'],
+                    f'{r["shared_bytes"] / 1024:.0f}',
                     'yes' if r['tensor_cores'] else 'no'
                 ])
     body = markdown_table([
         'problem', 'dtype', 'kernel', 'warps', 'registers / thread',
-        'spilled bytes (stores + loads)', 'tensor cores'
+        'spilled bytes (stores + loads)', 'shared memory (KiB)', 'tensor cores'
     ], rows)
     body += ('\n\nCompiled for sm_{0} by Triton {1}, the layer\'s solver '
              '(eps 1e-2, 3 x 10 iterations), tiles of {2} (forward) and {3} '

@@ -40,13 +40,14 @@ SOLVER = dict(eps=1e-2, outer_iters=3, inner_iters=10, distance_only=True)
 VARIANTS = [
     {},
     dict(FORWARD_TILE=(32, 4)),
-    dict(FORWARD_TILE=(64, 4)),
+    dict(FORWARD_TILE=(64, 8)),
+    dict(FORWARD_TILE=(128, 4)),
     dict(FORWARD_TILE=(128, 8)),
-    dict(FORWARD_TILE=(256, 8)),
     dict(BACKWARD_TILE=(16, 4)),
+    dict(BACKWARD_TILE=(16, 8)),
     dict(BACKWARD_TILE=(32, 4)),
-    dict(BACKWARD_TILE=(32, 8)),
-    dict(BACKWARD_TILE=(64, 8)),
+    dict(BACKWARD_TILE=(64, 4)),
+    dict(BACKWARD_TILE=(128, 8)),
     dict(FLOAT32_PRODUCTS='tf32'),
     dict(FLOAT32_PRODUCTS='ieee'),
 ]
@@ -72,13 +73,15 @@ def variant_name(changes):
     if not changes:
         return 'shipped ({}/{}, {})'.format(
             'x'.join(map(str, kernels.FORWARD_TILE)),
-            'x'.join(map(str, kernels.BACKWARD_TILE)),
-            kernels.FLOAT32_PRODUCTS)
-    words = {'FORWARD_TILE': 'forward tile', 'BACKWARD_TILE': 'backward tile',
-             'FLOAT32_PRODUCTS': 'products'}
-    return ', '.join(
-        f'{words[k]} ' + ('x'.join(map(str, v)) if isinstance(v, tuple) else v)
-        for k, v in changes.items())
+            'x'.join(map(str,
+                         kernels.BACKWARD_TILE)), kernels.FLOAT32_PRODUCTS)
+    words = {
+        'FORWARD_TILE': 'forward tile', 'BACKWARD_TILE': 'backward tile',
+        'FLOAT32_PRODUCTS': 'products'
+    }
+    return ', '.join(f'{words[k]} ' +
+                     ('x'.join(map(str, v)) if isinstance(v, tuple) else v)
+                     for k, v in changes.items())
 
 
 def run_op(inputs, upstream):
@@ -98,8 +101,8 @@ def errors(out, ref):
         return ((a.double() - b).norm() / b.norm().clamp_min(1e-300)).item()
 
     best = (dist.argmin(-1) == dist_ref.argmin(-1)).double().mean().item()
-    return (rel(dist, dist_ref), max(rel(a, b)
-                                     for a, b in zip(grads, grads_ref)), best)
+    return (rel(dist, dist_ref),
+            max(rel(a, b) for a, b in zip(grads, grads_ref)), best)
 
 
 def timer(device):
@@ -125,9 +128,9 @@ def measure_variants(device, shape, rounds, variants=VARIANTS):
             locations, OUT_TYPES, IN_TYPES, PARTS, DIM, torch.float64)
     ]
     inputs = [t.float() for t in inputs64]
-    upstream = torch.randn(locations, OUT_TYPES, dtype=torch.float64,
-                           generator=torch.Generator().manual_seed(1)).to(
-                               device)
+    upstream = torch.randn(
+        locations, OUT_TYPES, dtype=torch.float64,
+        generator=torch.Generator().manual_seed(1)).to(device)
     ref = run_op(inputs64, upstream)
     measure = timer(device)
     leaves = [t.clone().requires_grad_() for t in inputs]
@@ -139,8 +142,10 @@ def measure_variants(device, shape, rounds, variants=VARIANTS):
     def forward_backward():
         hgw_routing(*leaves, backend='triton', **SOLVER)[0].sum().backward()
 
-    rows = [dict(name=variant_name(v), changes=v, forward=[], both=[])
-            for v in variants]
+    rows = [
+        dict(name=variant_name(v), changes=v, forward=[], both=[])
+        for v in variants
+    ]
     for row in rows:  # compiles each variant and checks it
         with kernel_settings(**row['changes']):
             row['errors'] = errors(run_op(inputs, upstream), ref)
@@ -175,31 +180,31 @@ def section_body(rows, shape, rounds, cuda=True):
         ])
     timing = ('`triton.testing.do_bench` medians' if cuda else
               'single runs through the Triton interpreter (not a timing)')
-    return (
-        f'The Triton routing op at {shape[0]}x{shape[1]} locations of a '
-        f'256-channel capsule layer ({IN_TYPES} input types of dim {DIM}, '
-        f'{OUT_TYPES} output types of {PARTS} parts, eps '
-        f'{SOLVER["eps"]:g}, {SOLVER["outer_iters"]} x '
-        f'{SOLVER["inner_iters"]} iterations, distances only), float32, '
-        f'for each change of one kernel setting from what ships. Times: '
-        f'{timing}, the median over {rounds} interleaved rounds and their '
-        'range, and the ratio to the shipped kernels. Errors against the '
-        'float64 op on the same inputs: relative norm error of the '
-        'distances, the largest of the seven gradients\', and the '
-        'locations whose best-aligned output type is float64\'s.\n\n' +
-        markdown_table([
-            'variant', 'fwd (ms)', 'fwd vs shipped', 'fwd+bwd (ms)',
-            'fwd+bwd vs shipped', 'distance err', 'gradient err (max)',
-            'best type'
-        ], lines))
+    return (f'The Triton routing op at {shape[0]}x{shape[1]} locations of a '
+            f'256-channel capsule layer ({IN_TYPES} input types of dim {DIM}, '
+            f'{OUT_TYPES} output types of {PARTS} parts, eps '
+            f'{SOLVER["eps"]:g}, {SOLVER["outer_iters"]} x '
+            f'{SOLVER["inner_iters"]} iterations, distances only), float32, '
+            f'for each change of one kernel setting from what ships. Times: '
+            f'{timing}, the median over {rounds} interleaved rounds and their '
+            'range, and the ratio to the shipped kernels. Errors against the '
+            'float64 op on the same inputs: relative norm error of the '
+            'distances, the largest of the seven gradients\', and the '
+            'locations whose best-aligned output type is float64\'s.\n\n' +
+            markdown_table([
+                'variant', 'fwd (ms)', 'fwd vs shipped', 'fwd+bwd (ms)',
+                'fwd+bwd vs shipped', 'distance err', 'gradient err (max)',
+                'best type'
+            ], lines))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--device', default='cuda')
-    parser.add_argument('--feature-map', default=f'{H}x{W}',
-                        help='HxW locations (default: stage 3 of Mask '
-                        'R-CNN at 800x1333)')
+    parser.add_argument(
+        '--feature-map', default=f'{H}x{W}',
+        help='HxW locations (default: stage 3 of Mask '
+        'R-CNN at 800x1333)')
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument(
         '--variants', help='comma-separated indices into VARIANTS (the '

@@ -246,8 +246,12 @@ def suite_section(report, doc):
                   info=info(report), doc=doc)
 
 
-SECTIONS = (('tune-triton', tuning_section), ('bench-op', op_section), ('bench-layer', layer_section),
-            ('bench-mask-rcnn', mask_rcnn_section))
+SECTIONS = (
+    ('tune-triton', tuning_section),
+    ('bench-op', op_section),
+    ('bench-layer', layer_section),
+    ('bench-mask-rcnn', mask_rcnn_section),
+)
 
 
 def write(report, doc=DOC):

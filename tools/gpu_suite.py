@@ -143,8 +143,7 @@ TRAINING = {
 #: pure-Python requirements (mmdet and mmseg need mmcv: checked later).
 INSTALL_IMPORTS = ('shapely.geometry', 'pycocotools.mask', 'pycocotools.coco',
                    'ot', 'wcwidth', 'terminaltables', 'prettytable',
-                   'pkg_resources', 'mmengine', 'addict', 'yapf', 'ftfy',
-                   'mat4py', 'modelindex')
+                   'pkg_resources', 'mmengine', 'addict', 'yapf', 'ftfy')
 
 ENV_PROBE = r'''
 import json, os, platform, sys
@@ -930,8 +929,8 @@ class Suite:
     def tune_triton(self, limit):
         if self.dry:  # through the interpreter, at one location
             return self.bench('tune-triton', 'bench/tune_triton.py',
-                              ['--feature-map', '1x1', '--rounds', '1'],
-                              limit, env=self.env(dict(TRITON_INTERPRET='1')))
+                              ['--feature-map', '1x1', '--rounds', '1'], limit,
+                              env=self.env(dict(TRITON_INTERPRET='1')))
         return self.bench('tune-triton', 'bench/tune_triton.py', [], limit)
 
     def bench_op(self, limit):
@@ -1084,9 +1083,8 @@ class Suite:
         self.stage('mmhgw-ext', self.start_ext_build)
         steps = dict(
             data=self.make_data, **{
-                'test-cuda': self.test_cuda,
-                'tune-triton': self.tune_triton, 'bench-op': self.bench_op,
-                'bench-layer': self.bench_layer,
+                'test-cuda': self.test_cuda, 'tune-triton': self.tune_triton,
+                'bench-op': self.bench_op, 'bench-layer': self.bench_layer,
                 'train-unet': lambda t: self.train('train-unet', t),
                 'train-deeplabv3plus': lambda t: self.train(
                     'train-deeplabv3plus', t),

@@ -45,6 +45,7 @@ columns of all its types and ``0 * NaN`` is NaN.
 """
 import math
 import os
+import warnings
 
 import torch
 
@@ -76,8 +77,10 @@ def _jit(fn):
 #: Padding value of the log-kernel: far below any real entry, finite.
 NEG = tl.constexpr(-1e30)
 
-#: The plan of a problem with a non-finite input.
-NAN = tl.constexpr(float('nan'))
+#: The plan of a problem with a non-finite input is NaN, made in the
+#: kernels as ``INF - INF``: a NaN global would never compare equal to
+#: itself, and Triton (3.6) then refuses the kernel as changed since its
+#: compilation.
 INF = tl.constexpr(float('inf'))
 
 #: The smallest column sum of ``exp(LK + f + g_old)``, relative to ``p``,
@@ -409,7 +412,7 @@ def _forward_tile_kernel(
     T, A = _plan_tile(h1, H2T, row, col, K, beta, rmask, wmask, tmask, BP, BN,
                       BQ, OUTER, INNER, PROXIMAL, UNIFORM, EPS, P, Q, LOG_P,
                       LOG_Q, LOG_T0, UNIF, TINY, LO, FP32, PRECISION)
-    T = tl.where(good[None, :], T, NAN)
+    T = tl.where(good[None, :], T, INF - INF)
     # Values at the plans: <row 1^T + 1 col^T - h1 T h2^T + beta K, T>.
     C = tl.dot(A, H2T, input_precision=PRECISION)
     value = _type_sum(
@@ -470,7 +473,7 @@ def _backward_tile_kernel(
                           BN, BQ, OUTER, INNER, PROXIMAL, UNIFORM, EPS, P, Q,
                           LOG_P, LOG_Q, LOG_T0, UNIF, TINY, LO, FP32,
                           PRECISION)
-        T = tl.where(good[None, :], T, NAN)
+        T = tl.where(good[None, :], T, INF - INF)
         k = pid * N + n0  # first (location, type) pair of the partials
         if WANT_PARTS:
             _store_parts(PARTS, T, Xp, m * N + n0, wn, wj, ie, wmask, emask,
@@ -495,7 +498,7 @@ def _backward_tile_kernel(
                       tl.sum(G, axis=0)[:, None] * Xq)
         tl.store(
             DXQ + (k + wn)[:, None] * VQ * D + wj[:, None] * D + ie[None, :],
-            tl.where(good[:, None], dXq, NAN), mask=we_mask)
+            tl.where(good[:, None], dXq, INF - INF), mask=we_mask)
         # dh2_n[j, k] = -gd_n (T_n^T h1 T_n)[j, k]: the diagonal blocks.
         dH2 = -tl.dot(tl.trans(gT), A, input_precision=PRECISION)
         tl.store(
@@ -541,15 +544,44 @@ def _meta(X_p, X_q, eps, outer, inner, proximal, uniform):
 
 
 #: (columns (types x parts) of a tile, warps of its program), forward and
-#: backward: at the layer's float32 shape on sm_90 the largest forward tile
-#: with no register spill, and the backward tile that spills least
-#: (bench/triton_resources.py); bench/tune_triton.py times the others.
-FORWARD_TILE = (64, 8)
-BACKWARD_TILE = (16, 8)
+#: backward: the fastest of bench/tune_triton.py's tiles at the layer's
+#: float32 shape on an H100 (docs/benchmarks.md, triton-tuning-cuda). A
+#: tile the GPU has too little shared memory for is halved until it fits
+#: (:func:`_launch_fitting`).
+FORWARD_TILE = (64, 4)
+BACKWARD_TILE = (64, 8)
 #: ``tl.dot``'s precision for float32 inputs: ``'tf32x3'`` (three TF32
 #: tensor-core products, about float32's accuracy), ``'tf32'`` (one) or
 #: ``'ieee'`` (no tensor cores). float64 is always ``'ieee'``.
 FLOAT32_PRODUCTS = 'tf32x3'
+
+#: (kernel, asked tile, (dtype, V_p, d, N, V_q, device)) -> the tile that
+#: fitted, where the asked one did not.
+_FITTED_TILES = {}
+
+
+def _launch_fitting(kernel, tile, key, launch):
+    """``launch(tile)``; where the device lacks the resources for a tile
+    (Triton raises OutOfResources when it loads the kernel, before anything
+    runs) the tile's columns are halved, down to 16, and the tile that fits
+    is remembered for ``key``. Returns the tile that ran."""
+    from triton.runtime.errors import OutOfResources
+    fitted = _FITTED_TILES.get((kernel, tile, key), tile)
+    while True:
+        try:
+            launch(fitted)
+        except OutOfResources as err:
+            columns, warps = fitted
+            if columns <= 16:
+                raise
+            warnings.warn(
+                f'HGW routing {kernel} kernel: a tile of {columns} columns '
+                f'needs more than this GPU has ({err}); trying {columns // 2}')
+            fitted = (columns // 2, warps)
+            continue
+        if fitted != tile:
+            _FITTED_TILES[(kernel, tile, key)] = fitted
+        return fitted
 
 
 def _tile_meta(meta, N, dtype, tile):
@@ -570,6 +602,10 @@ def _tile_meta(meta, N, dtype, tile):
     return meta, num_warps
 
 
+def _fit_key(X_p, X_q):
+    return (X_p.dtype, *X_p.shape[1:], *X_q.shape[:2], X_p.device)
+
+
 def forward(X_p, X_q, h1, h2, row, col, beta, eps, outer, inner, proximal,
             uniform, distance_only=False):
     """``(dist [M, N], parts [M, N, V_q, d])`` of the op (inputs
@@ -581,13 +617,17 @@ def forward(X_p, X_q, h1, h2, row, col, beta, eps, outer, inner, proximal,
     parts = X_p.new_empty(M, N, *((0, ) if distance_only else (V_q, d)))
     if M * N == 0:
         return dist, parts
-    meta, num_warps = _tile_meta(
-        _meta(X_p, X_q, eps, outer, inner, proximal, uniform), N, X_p.dtype,
-        FORWARD_TILE)
-    grid = (M, triton.cdiv(N, meta['BN']))
-    _forward_tile_kernel[grid](X_p, X_q, h1, h2, row, col, beta, dist,
-                               dist if distance_only else parts, N,
-                               not distance_only, num_warps=num_warps, **meta)
+    base = _meta(X_p, X_q, eps, outer, inner, proximal, uniform)
+
+    def launch(tile):
+        meta, num_warps = _tile_meta(base, N, X_p.dtype, tile)
+        grid = (M, triton.cdiv(N, meta['BN']))
+        _forward_tile_kernel[grid](X_p, X_q, h1, h2, row, col, beta, dist,
+                                   dist if distance_only else parts, N,
+                                   not distance_only, num_warps=num_warps,
+                                   **meta)
+
+    _launch_fitting('forward', FORWARD_TILE, _fit_key(X_p, X_q), launch)
     return dist, parts
 
 
@@ -608,9 +648,7 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
         grads = (dX_p.zero_(), dX_q, dh1.zero_(), dh2, drow.zero_(), dcol,
                  dbeta)
         return grads, parts
-    meta, num_warps = _tile_meta(
-        _meta(X_p, X_q, eps, outer, inner, proximal, uniform), N, X_p.dtype,
-        BACKWARD_TILE)
+    base = _meta(X_p, X_q, eps, outer, inner, proximal, uniform)
     with_gp = grad_parts.numel() != 0
     per_pair = V_q * (d + V_q + 1) + 1
     chunk = max(1, min(M, BACKWARD_CHUNK_ENTRIES // (N * per_pair)))
@@ -618,13 +656,19 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
     part_h2 = X_p.new_empty(chunk, N, V_q, V_q)
     part_col = X_p.new_empty(chunk, N, V_q)
     part_beta = X_p.new_empty(chunk, N)
+    tile = BACKWARD_TILE
     for start in range(0, M, chunk):
         length = min(chunk, M - start)
-        _backward_tile_kernel[(length, )](
-            grad_dist, grad_parts if with_gp else grad_dist, X_p, X_q, h1, h2,
-            row, col, beta, dX_p, dh1, drow, part_xq, part_h2, part_col,
-            part_beta, dX_p if parts is None else parts, start, N,
-            bool(want_parts), with_gp, num_warps=num_warps, **meta)
+
+        def launch(tile):
+            meta, num_warps = _tile_meta(base, N, X_p.dtype, tile)
+            _backward_tile_kernel[(length, )](
+                grad_dist, grad_parts if with_gp else grad_dist, X_p, X_q, h1,
+                h2, row, col, beta, dX_p, dh1, drow, part_xq, part_h2,
+                part_col, part_beta, dX_p if parts is None else parts, start,
+                N, bool(want_parts), with_gp, num_warps=num_warps, **meta)
+
+        tile = _launch_fitting('backward', tile, _fit_key(X_p, X_q), launch)
         dX_q += part_xq[:length].sum(0)
         dh2 += part_h2[:length].sum(0)
         dcol += part_col[:length].sum(0)
@@ -643,7 +687,8 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
     ``options``: ``eps``, ``outer``, ``inner``, ``proximal``, ``uniform``
     (default: the layer's solver). Returns, per kernel (``'forward'``,
     ``'backward'``): ``num_warps``, ``registers`` per thread,
-    ``spill_bytes`` (stores + loads) and ``tensor_cores`` (the PTX holds
+    ``spill_bytes`` (stores + loads), ``shared_bytes`` (shared memory a
+    program needs) and ``tensor_cores`` (the PTX holds
     ``mma`` / ``wgmma`` instructions).
     """
     import re
@@ -701,5 +746,6 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
             num_warps=num_warps,
             registers=int(registers.group(1)) if registers else None,
             spill_bytes=sum(map(int, spills)),
+            shared_bytes=compiled.metadata.shared,
             tensor_cores=re.search(r'\b(wg)?mma\.', ptx) is not None)
     return report

@@ -102,6 +102,73 @@ def run_cases():
     ]
     results['pose-map'] = dict(zip(NAMES + ['pose_weight'], errors))
     results.update(special_cases())
+    results.update(tile_fitting_cases())
+    return results
+
+
+class SmallGPU:
+    """A kernel as launched on a GPU with shared memory for tiles of at
+    most ``columns`` columns: larger ones raise OutOfResources, as Triton
+    does when it loads such a kernel."""
+
+    def __init__(self, kernel, columns):
+        self.kernel, self.columns = kernel, columns
+
+    def __getitem__(self, grid):
+
+        def launch(*args, BN, BQ, **kwargs):
+            from triton.runtime.errors import OutOfResources
+            if BN * BQ > self.columns:
+                raise OutOfResources(BN * BQ * 1024, self.columns * 1024,
+                                     'shared memory')
+            return self.kernel[grid](*args, BN=BN, BQ=BQ, **kwargs)
+
+        return launch
+
+
+def tile_fitting_cases():
+    """Kernels whose tiles do not fit the GPU: halved until they do (the
+    op's values and gradients those of the reference, the fitted tiles
+    remembered, a warning each), or the error raised where even 16 columns
+    do not fit."""
+    import warnings
+
+    from test_hgw_routing import make_inputs, relative
+
+    from mmhgw.ops import (hgw_routing, hgw_routing_reference,
+                           hgw_routing_triton)
+    kernels = (hgw_routing_triton._forward_tile_kernel,
+               hgw_routing_triton._backward_tile_kernel)
+    results = {}
+    inputs = make_inputs(3, 5, 8, 8, 4, torch.float64)
+    options = dict(eps=1e-2, outer_iters=2, inner_iters=3)
+    ref = hgw_routing_reference(*inputs, **options)
+    grads_ref = torch.autograd.grad(ref[0].sum() + ref[1].sum(), inputs)
+    for columns in (16, 8):
+        hgw_routing_triton._forward_tile_kernel = SmallGPU(kernels[0], columns)
+        hgw_routing_triton._backward_tile_kernel = SmallGPU(
+            kernels[1], columns)
+        hgw_routing_triton._FITTED_TILES.clear()
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter('always')
+                out = hgw_routing(*inputs, backend='triton', **options)
+                grads = torch.autograd.grad(out[0].sum() + out[1].sum(),
+                                            inputs)
+        except Exception as err:
+            results[f'tiles-{columns}'] = dict(error=type(err).__name__)
+            continue
+        finally:
+            (hgw_routing_triton._forward_tile_kernel,
+             hgw_routing_triton._backward_tile_kernel) = kernels
+        errors = [
+            relative(a, b) for a, b in zip((*out, *grads), (*ref, *grads_ref))
+        ]
+        fitted = hgw_routing_triton._FITTED_TILES.items()
+        results[f'tiles-{columns}'] = dict(
+            errors=dict(zip(NAMES, errors)),
+            fitted=sorted([k[0], list(k[1]), list(v)] for k, v in fitted),
+            warnings=sum('HGW routing' in str(w.message) for w in caught))
     return results
 
 
@@ -200,6 +267,36 @@ def test_triton_equals_reference(interpreted, case):
         # Values 1e-5, gradients 1e-4 (relative), as for every backend.
         limit = 1e-5 if name in ('dist', 'parts') else 1e-4
         assert error < limit, (name, errors)
+
+
+def test_kernel_globals_compare_equal_to_themselves():
+    """Triton (3.6) refuses to launch a kernel whose constexpr globals no
+    longer compare equal to their values at its compilation, which a NaN
+    never does."""
+    triton = pytest.importorskip('triton')
+    from mmhgw.ops import hgw_routing_triton
+    found = [(name, value.value)
+             for name, value in vars(hgw_routing_triton).items()
+             if isinstance(value, triton.language.constexpr)]
+    assert any(name == 'NEG' for name, _ in found)
+    for name, value in found:
+        assert value == value, name
+
+
+def test_a_tile_too_large_for_the_gpu_is_halved_until_it_fits(interpreted):
+    from mmhgw.ops.hgw_routing_triton import BACKWARD_TILE, FORWARD_TILE
+    fits = interpreted['tiles-16']
+    assert fits['fitted'] == [[
+        'backward', list(BACKWARD_TILE), [16, BACKWARD_TILE[1]]
+    ], ['forward', list(FORWARD_TILE), [16, FORWARD_TILE[1]]]]
+    for name, error in fits['errors'].items():
+        assert error < (1e-5 if name in ('dist', 'parts') else 1e-4), fits
+    # one warning per halving
+    halvings = sum(t[0].bit_length() - 5
+                   for t in (FORWARD_TILE, BACKWARD_TILE))
+    assert fits['warnings'] == halvings
+    # 16 columns is the smallest tile: the error reaches the caller
+    assert interpreted['tiles-8'] == dict(error='OutOfResources')
 
 
 @pytest.mark.parametrize('case', special_ids())

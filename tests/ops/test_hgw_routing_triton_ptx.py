@@ -27,12 +27,15 @@ def test_kernels_compile_for_sm90(dtype):
         assert kernel['registers'] is not None
         assert 0 < kernel['registers'] <= 255
         assert kernel['spill_bytes'] >= 0
+        # Loads on an H100 / H200 at the layer's shape without being
+        # halved: 227 KiB of shared memory a block.
+        assert 0 < kernel['shared_bytes'] <= 232448, report
     if dtype == torch.float32:
         # The hot path: the GW products on tensor cores, the forward's
-        # tile in registers, the backward's spilling little.
+        # tile in registers. The backward's tile spills: the larger tile
+        # that spills was the faster on an H100 (docs/benchmarks.md).
         assert all(k['tensor_cores'] for k in report.values()), report
         assert report['forward']['spill_bytes'] == 0, report
-        assert report['backward']['spill_bytes'] < 256, report
 
 
 def test_uniform_routing_and_options_compile():

@@ -51,8 +51,11 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 IMAGE_LIST = osp.join(ROOT, 'tools', 'gpu', 'image_packages.txt')
 CONSTRAINTS = osp.join(ROOT, 'tools', 'gpu', 'constraints.txt')
 #: Requirement files whose packages the GPU run needs (torch.txt's torch is
-#: the image's own).
-REQUIREMENT_FILES = ('torch', 'build', 'mmcv', 'runtime', 'tests', 'pretrain')
+#: the image's own). Not pretrain.txt: beside the image's transformers 5,
+#: MMPretrain 1.2.0 fails on import (its BLIP model subclasses a
+#: PreTrainedModel that it finds None), and mmdet imports MMPretrain
+#: whenever it is installed, so carrying it breaks every model.
+REQUIREMENT_FILES = ('torch', 'build', 'mmcv', 'runtime', 'tests')
 
 PYTHON = (3, 12)
 #: The image's torch is a manylinux_2_28 wheel, so its glibc is 2.28 or
