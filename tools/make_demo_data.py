@@ -18,8 +18,10 @@ def main():
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--scale', type=float, default=1.0,
                         help='multiplies the number of images of each set')
-    parser.add_argument('--only', nargs='+',
-                        choices=['coco', 'voc', 'isic', 'cls'])
+    parser.add_argument(
+        '--only', nargs='+', choices=['coco', 'voc', 'isic', 'cls', 'parts'],
+        help='sets to make (default: all but parts, the '
+        'part-arrangement set of the evidence study)')
     args = parser.parse_args()
     start = time.perf_counter()
     segdet = [k for k in (args.only or ('coco', 'voc', 'isic')) if k != 'cls']

@@ -13,6 +13,9 @@ classes and metrics read it unchanged:
 - :func:`make_isic_lesions`: ISIC-2018 Task 1 as arranged by
   ``tools/dataset_converters/isic2018.py`` (0/255 masks), hard by default
   (low-contrast lesions, distractors), or easy.
+- :func:`make_isic_arrangements`: the same layout, for a task where only
+  the arrangement of parts decides the label: every object is the same two
+  bars, joined as a T (foreground) or as an L (background).
 """
 import json
 import os
@@ -335,12 +338,91 @@ def make_isic_lesions(out_dir: str, num_train: int = 100, num_val: int = 30,
             step()
 
 
+#: Object kinds of :func:`make_isic_arrangements`: where the second bar
+#: starts on the first (its middle: T, its end: L).
+ARRANGEMENTS = {'T': 0.0, 'L': 0.5}
+
+
+def _arrangement(kind: str, center: np.ndarray, length: float,
+                 angle: float) -> list:
+    """The two bars of an object, each ``(start, end)`` in pixels: the
+    first of ``length`` centred on ``center`` along ``angle``, the second
+    as long, perpendicular to it, from its middle (T) or its end (L)."""
+    u = np.array([np.cos(angle), np.sin(angle)])
+    n = np.array([-u[1], u[0]])
+    first = (center - u * length / 2, center + u * length / 2)
+    joint = center + u * length * ARRANGEMENTS[kind]
+    # Centre the object's extent: both kinds span length x length, along
+    # u from -length / 2 to length / 2 and along n from 0 to length.
+    shift = -n * length / 2
+    bars = [first, (joint, joint + n * length)]
+    return [(a + shift, b + shift) for a, b in bars]
+
+
+def make_isic_arrangements(out_dir: str, num_train: int = 200,
+                           num_val: int = 60, size: Sequence[int] = (128, 128),
+                           seed: int = 0) -> None:
+    """ISIC-2018 layout (masks 0 / 255) for a part-whole task: each image
+    holds two to four objects, each made of the same two bars (equal
+    length, width and colour law, so equal in area and extent), joined as
+    a T or as an L; the mask covers the T objects only. Every image has at
+    least one of each, so no pixel-wise cue (colour, width, texture) tells
+    the classes apart: a model must see where one bar meets the other.
+    Objects are rotated, scaled and placed at random on a textured
+    background, apart from each other."""
+    height, width = size
+    for split, count in (('train', num_train), ('val', num_val)):
+        rng = np.random.default_rng([seed, 8 if split == 'train' else 9])
+        for sub in ('images', 'annotations'):
+            os.makedirs(osp.join(out_dir, sub, split), exist_ok=True)
+        step = _progress(count, f'parts {split}')
+        for idx in range(count):
+            img = _texture(rng, height, width)
+            mask = np.zeros((height, width), np.uint8)
+            taken = np.zeros((height, width), np.uint8)
+            kinds = ['T', 'L'] + list(
+                rng.choice(['T', 'L'], rng.integers(0, 3)))
+            for kind in kinds:
+                for _ in range(50):  # a free place, else the object is left
+                    length = rng.uniform(0.14, 0.24) * min(height, width)
+                    thick = int(round(rng.uniform(0.22, 0.3) * length))
+                    margin = length * 0.75
+                    center = rng.uniform([margin, margin],
+                                         [width - margin, height - margin])
+                    obj = np.zeros_like(mask)
+                    for a, b in _arrangement(kind, center, length,
+                                             rng.uniform(0, 2 * np.pi)):
+                        cv2.line(obj, tuple(np.round(a).astype(int)),
+                                 tuple(np.round(b).astype(int)), 1, thick)
+                    grown = cv2.dilate(obj, np.ones((5, 5), np.uint8))
+                    if not (grown & taken).any():
+                        break
+                else:
+                    continue
+                taken |= grown
+                img[obj > 0] = np.clip(
+                    rng.uniform(0, 255, 3) +
+                    rng.normal(0, 8, (int(obj.sum()), 3)), 0, 255)
+                if kind == 'T':
+                    mask |= obj
+            name = f'ISIC_{idx + (0 if split == "train" else 900000):07d}'
+            cv2.imwrite(osp.join(out_dir, 'images', split, name + '.jpg'), img)
+            cv2.imwrite(
+                osp.join(out_dir, 'annotations', split,
+                         name + '_segmentation.png'), mask * 255)
+            step()
+
+
 def make_all(root: str, seed: int = 0, scale: float = 1.0,
              only: Optional[Sequence[str]] = None) -> None:
-    """All three sets under ``root/{coco,VOCdevkit,ISIC2018}``; ``scale``
-    multiplies the image counts."""
+    """The sets under ``root/{coco,VOCdevkit,ISIC2018}`` (and, when
+    ``only`` names ``'parts'``, ``root/Parts``, ISIC-2018 layout);
+    ``scale`` multiplies the image counts."""
     n = lambda k: max(2, int(round(k * scale)))  # noqa: E731
     only = set(only or ('coco', 'voc', 'isic'))
+    if 'parts' in only:
+        make_isic_arrangements(osp.join(root, 'Parts'), n(200), n(60),
+                               seed=seed)
     if 'coco' in only:
         make_coco_instances(osp.join(root, 'coco'), n(200), n(50), seed=seed)
     if 'voc' in only:

@@ -53,3 +53,44 @@ def test_layout_determinism_and_difficulty(tmp_path):
     assert np.mean(dark_outside) > 0.01
     with pytest.raises(ValueError, match='level must be one of'):
         make_isic_lesions(str(tmp_path / 'c'), 1, 1, level='medium')
+
+
+def test_arrangement_set_differs_only_in_where_the_bars_meet(tmp_path):
+    from mmhgw.datasets.synthetic import _arrangement, make_isic_arrangements
+    center, length = np.array([40.0, 40.0]), 20.0
+    drawn = {}
+    for kind in ('T', 'L'):
+        bars = _arrangement(kind, center, length, 0.3)
+        (a0, a1), (b0, b1) = bars
+        # Two bars of the same length, at right angles.
+        assert np.allclose([np.linalg.norm(a1 - a0),
+                            np.linalg.norm(b1 - b0)], length)
+        assert abs(np.dot(a1 - a0, b1 - b0)) < 1e-9
+        # The second starts at the first's middle (T) or end (L).
+        start = (a0 + a1) / 2 if kind == 'T' else a1
+        assert np.allclose(b0, start)
+        # Both kinds span length x length around the centre.
+        u = (a1 - a0) / length
+        frame = np.stack([u, [-u[1], u[0]]])
+        local = (np.array([a0, a1, b0, b1]) - center) @ frame.T
+        assert np.allclose(local.min(0), -length / 2)
+        assert np.allclose(local.max(0), length / 2)
+        canvas = np.zeros((80, 80), np.uint8)
+        for a, b in bars:
+            cv2.line(canvas, tuple(np.round(a).astype(int)),
+                     tuple(np.round(b).astype(int)), 1, 5)
+        drawn[kind] = canvas
+    # Equal area up to where the bars overlap.
+    assert abs(int(drawn['T'].sum()) - int(drawn['L'].sum())) < 0.1 * \
+        drawn['T'].sum()
+    for name in ('a', 'b'):
+        make_isic_arrangements(str(tmp_path / name), 6, 2, size=(96, 96),
+                               seed=1)
+    imgs, masks, img_paths, mask_paths = load(tmp_path / 'a')
+    assert len(imgs) == 6 and imgs[0].shape == (96, 96, 3)
+    assert osp.basename(mask_paths[0]) == 'ISIC_0000000_segmentation.png'
+    # Every image has a T (foreground), and the L objects stay background.
+    assert all(set(np.unique(m)) == {0, 255} for m in masks)
+    assert all((m > 0).mean() < 0.2 for m in masks)
+    for p, q in zip(img_paths, load(tmp_path / 'b')[2]):
+        assert open(p, 'rb').read() == open(q, 'rb').read()
