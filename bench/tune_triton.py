@@ -149,6 +149,11 @@ def measure_variants(device, shape, rounds, variants=VARIANTS):
     for row in rows:  # compiles each variant and checks it
         with kernel_settings(**row['changes']):
             row['errors'] = errors(run_op(inputs, upstream), ref)
+            # A tile the GPU cannot load runs halved: say so in the row.
+            for (kernel, asked, _), ran in kernels._FITTED_TILES.items():
+                if asked == getattr(kernels, kernel.upper() + '_TILE'):
+                    row['name'] += (f' (the {kernel} kernel ran as '
+                                    f'{"x".join(map(str, ran))})')
     for _ in range(rounds):
         for row in rows:
             with kernel_settings(**row['changes']):
