@@ -369,17 +369,20 @@ def make_isic_arrangements(out_dir: str, num_train: int = 200,
     least one of each, so no pixel-wise cue (colour, width, texture) tells
     the classes apart: a model must see where one bar meets the other.
     Objects are rotated, scaled and placed at random on a textured
-    background, apart from each other."""
+    background, apart from each other. ``objects/<split>/<name>.png``
+    holds both kinds (1: T, 2: L) for analyses that ask whether a model
+    tells them apart."""
     height, width = size
     for split, count in (('train', num_train), ('val', num_val)):
         rng = np.random.default_rng([seed, 8 if split == 'train' else 9])
-        for sub in ('images', 'annotations'):
+        for sub in ('images', 'annotations', 'objects'):
             os.makedirs(osp.join(out_dir, sub, split), exist_ok=True)
         step = _progress(count, f'parts {split}')
         for idx in range(count):
             img = _texture(rng, height, width)
             mask = np.zeros((height, width), np.uint8)
             taken = np.zeros((height, width), np.uint8)
+            objects = np.zeros((height, width), np.uint8)
             kinds = ['T', 'L'] + list(
                 rng.choice(['T', 'L'], rng.integers(0, 3)))
             for kind in kinds:
@@ -400,6 +403,7 @@ def make_isic_arrangements(out_dir: str, num_train: int = 200,
                 else:
                     continue
                 taken |= grown
+                objects[obj > 0] = 1 if kind == 'T' else 2
                 img[obj > 0] = np.clip(
                     rng.uniform(0, 255, 3) +
                     rng.normal(0, 8, (int(obj.sum()), 3)), 0, 255)
@@ -410,6 +414,8 @@ def make_isic_arrangements(out_dir: str, num_train: int = 200,
             cv2.imwrite(
                 osp.join(out_dir, 'annotations', split,
                          name + '_segmentation.png'), mask * 255)
+            cv2.imwrite(osp.join(out_dir, 'objects', split, name + '.png'),
+                        objects)
             step()
 
 

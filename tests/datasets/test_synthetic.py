@@ -94,3 +94,10 @@ def test_arrangement_set_differs_only_in_where_the_bars_meet(tmp_path):
     assert all((m > 0).mean() < 0.2 for m in masks)
     for p, q in zip(img_paths, load(tmp_path / 'b')[2]):
         assert open(p, 'rb').read() == open(q, 'rb').read()
+    # The object map: the T objects are the mask, the L objects outside it.
+    for path, m in zip(mask_paths, masks):
+        name = osp.basename(path).replace('_segmentation', '')
+        objects = cv2.imread(str(tmp_path / 'a' / 'objects' / 'train' / name),
+                             cv2.IMREAD_GRAYSCALE)
+        assert ((objects == 1) == (m > 0)).all()
+        assert (objects == 2).any()
