@@ -30,6 +30,7 @@ test-cuda            tests/test_cuda.py
 tune-triton          bench/tune_triton.py: the Triton kernels' tiles and
                      float32 products, timed and checked against float64
 bench-op             bench/bench_op.py --device cuda --batches 1,2
+                     --backends triton
 bench-layer          bench/bench_layer.py --device cuda
 train-unet           stock and HGWCaps UNet on the lesion set, --amp,
                      --train-iters iterations each: losses, time per
