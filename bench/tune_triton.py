@@ -23,18 +23,17 @@ small ``--feature-map`` only): a check of the script, not a timing.
 import argparse
 import contextlib
 import statistics
-import time
 
+import bench_op  # beside this script: the layer's sizes and the timer
 import torch
+from bench_op import DIM, IN_TYPES, OUT_TYPES, PARTS, H, W
 
 from mmhgw.benchmarking import (markdown_table, random_routing_inputs,
                                 save_json, write_section)
 from mmhgw.ops import hgw_routing
 from mmhgw.ops import hgw_routing_triton as kernels
 
-H, W = 50, 84
-IN_TYPES, OUT_TYPES, PARTS, DIM = 32, 32, 8, 8
-SOLVER = dict(eps=1e-2, outer_iters=3, inner_iters=10, distance_only=True)
+SOLVER = dict(bench_op.SOLVER, distance_only=True)
 
 #: Each variant: the kernel settings it changes from what ships.
 VARIANTS = [
@@ -69,18 +68,20 @@ def kernel_settings(**changes):
             setattr(kernels, key, value)
 
 
+def setting_text(value):
+    """``(64, 8)`` -> ``'64x8'``; a precision as it is."""
+    return 'x'.join(map(str, value)) if isinstance(value, tuple) else value
+
+
 def variant_name(changes):
     if not changes:
-        return 'shipped ({}/{}, {})'.format(
-            'x'.join(map(str, kernels.FORWARD_TILE)),
-            'x'.join(map(str,
-                         kernels.BACKWARD_TILE)), kernels.FLOAT32_PRODUCTS)
+        return 'shipped ({}/{}, {})'.format(*(setting_text(getattr(kernels, k))
+                                              for k in SETTINGS))
     words = {
         'FORWARD_TILE': 'forward tile', 'BACKWARD_TILE': 'backward tile',
         'FLOAT32_PRODUCTS': 'products'
     }
-    return ', '.join(f'{words[k]} ' +
-                     ('x'.join(map(str, v)) if isinstance(v, tuple) else v)
+    return ', '.join(f'{words[k]} {setting_text(v)}'
                      for k, v in changes.items())
 
 
@@ -105,22 +106,6 @@ def errors(out, ref):
             max(rel(a, b) for a, b in zip(grads, grads_ref)), best)
 
 
-def timer(device):
-    if torch.device(device).type == 'cuda':
-        from triton.testing import do_bench
-
-        def measure(fn):
-            return do_bench(fn, warmup=25, rep=100, return_mode='median') / 1e3
-    else:
-
-        def measure(fn):
-            begin = time.perf_counter()
-            fn()
-            return time.perf_counter() - begin
-
-    return measure
-
-
 def measure_variants(device, shape, rounds, variants=VARIANTS):
     locations = shape[0] * shape[1]
     inputs64 = [
@@ -132,7 +117,7 @@ def measure_variants(device, shape, rounds, variants=VARIANTS):
         locations, OUT_TYPES, dtype=torch.float64,
         generator=torch.Generator().manual_seed(1)).to(device)
     ref = run_op(inputs64, upstream)
-    measure = timer(device)
+    measure = bench_op.timer(device, repeats=1)
     leaves = [t.clone().requires_grad_() for t in inputs]
 
     def forward():
@@ -153,7 +138,7 @@ def measure_variants(device, shape, rounds, variants=VARIANTS):
             for (kernel, asked, _), ran in kernels._FITTED_TILES.items():
                 if asked == getattr(kernels, kernel.upper() + '_TILE'):
                     row['name'] += (f' (the {kernel} kernel ran as '
-                                    f'{"x".join(map(str, ran))})')
+                                    f'{setting_text(ran)})')
     for _ in range(rounds):
         for row in rows:
             with kernel_settings(**row['changes']):

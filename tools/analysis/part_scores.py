@@ -18,6 +18,7 @@ import os.path as osp
 
 import cv2
 import numpy as np
+from scipy.stats import rankdata
 
 
 def arrangement_scores(probs, objects) -> dict:
@@ -32,23 +33,12 @@ def arrangement_scores(probs, objects) -> dict:
     t, l, b = (prob[kind == k] for k in (1, 2, 0))
     if not len(t) or not len(l):
         raise ValueError('the object maps hold no T or no L pixel')
-    ranks = _ranks(np.concatenate([t, l]))
+    ranks = rankdata(np.concatenate([t, l]))
     auc = (ranks[:len(t)].sum() - len(t) *
            (len(t) + 1) / 2) / (len(t) * len(l))
     return dict(T=float(t.mean()), L=float(l.mean()),
                 background=float(b.mean()) if len(b) else float('nan'),
                 arrangement_auc=float(auc))
-
-
-def _ranks(values):
-    """Ranks from 1, ties given their mean rank."""
-    order = np.argsort(values, kind='mergesort')
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(1, len(values) + 1)
-    uniq, inverse, counts = np.unique(values, return_inverse=True,
-                                      return_counts=True)
-    sums = np.bincount(inverse, weights=ranks)
-    return (sums / counts)[inverse]
 
 
 def model_probs(config, checkpoint, images):
