@@ -4,7 +4,8 @@ accuracy of each choice on a GPU.
 Each variant changes one of the kernels' choices from what ships
 (:data:`~mmhgw.ops.hgw_routing_triton.FORWARD_TILE`, ``BACKWARD_TILE``:
 columns (types x parts) and warps per program;
-``FLOAT32_PRODUCTS``: ``tl.dot``'s precision for float32). For each, the
+``FORWARD_PRODUCTS``, ``BACKWARD_PRODUCTS``: ``tl.dot``'s precision for
+float32 in each kernel). For each, the
 op at a 256-channel capsule layer's size in float32 with the layer's
 default output (distances only; eps 1e-2, 3 x 10 iterations): forward and
 forward + backward, ``triton.testing.do_bench`` medians interleaved over
@@ -47,10 +48,13 @@ VARIANTS = [
     dict(BACKWARD_TILE=(32, 4)),
     dict(BACKWARD_TILE=(64, 4)),
     dict(BACKWARD_TILE=(128, 8)),
-    dict(FLOAT32_PRODUCTS='tf32'),
-    dict(FLOAT32_PRODUCTS='ieee'),
+    dict(FORWARD_PRODUCTS='tf32'),
+    dict(FORWARD_PRODUCTS='ieee'),
+    dict(BACKWARD_PRODUCTS='tf32'),
+    dict(BACKWARD_PRODUCTS='ieee'),
 ]
-SETTINGS = ('FORWARD_TILE', 'BACKWARD_TILE', 'FLOAT32_PRODUCTS')
+SETTINGS = ('FORWARD_TILE', 'BACKWARD_TILE', 'FORWARD_PRODUCTS',
+            'BACKWARD_PRODUCTS')
 
 
 @contextlib.contextmanager
@@ -75,11 +79,12 @@ def setting_text(value):
 
 def variant_name(changes):
     if not changes:
-        return 'shipped ({}/{}, {})'.format(*(setting_text(getattr(kernels, k))
-                                              for k in SETTINGS))
+        return 'shipped ({}/{}, {}/{})'.format(
+            *(setting_text(getattr(kernels, k)) for k in SETTINGS))
     words = {
         'FORWARD_TILE': 'forward tile', 'BACKWARD_TILE': 'backward tile',
-        'FLOAT32_PRODUCTS': 'products'
+        'FORWARD_PRODUCTS': 'forward products',
+        'BACKWARD_PRODUCTS': 'backward products'
     }
     return ', '.join(f'{words[k]} {setting_text(v)}'
                      for k, v in changes.items())

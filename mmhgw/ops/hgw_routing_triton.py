@@ -28,7 +28,8 @@ add nothing to a sum or a product.
   and bounded by running the locations in chunks.
 
 Products: float32 by three TF32 tensor-core products (``tf32x3``, about
-float32's accuracy), float64 exactly (``ieee``). :func:`compile_report`
+float32's accuracy) unless :data:`FORWARD_PRODUCTS` / ``BACKWARD_PRODUCTS``
+say otherwise, float64 exactly (``ieee``). :func:`compile_report`
 (``bench/triton_resources.py``) shows the registers, spills and
 tensor-core instructions of the kernels as compiled for a GPU.
 
@@ -550,10 +551,13 @@ def _meta(X_p, X_q, eps, outer, inner, proximal, uniform):
 #: (:func:`_launch_fitting`).
 FORWARD_TILE = (64, 4)
 BACKWARD_TILE = (64, 8)
-#: ``tl.dot``'s precision for float32 inputs: ``'tf32x3'`` (three TF32
-#: tensor-core products, about float32's accuracy), ``'tf32'`` (one) or
-#: ``'ieee'`` (no tensor cores). float64 is always ``'ieee'``.
-FLOAT32_PRODUCTS = 'tf32x3'
+#: ``tl.dot``'s precision for float32 inputs, forward and backward kernel:
+#: ``'tf32x3'`` (three TF32 tensor-core products, about float32's
+#: accuracy), ``'tf32'`` (one) or ``'ieee'`` (no tensor cores). float64 is
+#: always ``'ieee'``. Apart, since a kernel's share of products and of
+#: registers decides which is faster.
+FORWARD_PRODUCTS = 'tf32x3'
+BACKWARD_PRODUCTS = 'tf32x3'
 
 #: (kernel, asked tile, (dtype, V_p, d, N, V_q, device)) -> the tile that
 #: fitted, where the asked one did not.
@@ -584,11 +588,11 @@ def _launch_fitting(kernel, tile, key, launch):
         return fitted
 
 
-def _tile_meta(meta, N, dtype, tile):
+def _tile_meta(meta, N, dtype, tile, products):
     """``(meta, num_warps)`` of a tile kernel with ``tile`` (columns,
     warps): blocks of at least 16 (tl.dot's smallest), BN types per
     program (at least 16 columns, at most ``columns`` unless one type has
-    more parts) and the dot precision (:data:`FLOAT32_PRODUCTS`; float64
+    more parts) and the dot precision (``products`` for float32, float64
     exactly)."""
     columns, num_warps = tile
     meta = dict(meta)
@@ -597,8 +601,7 @@ def _tile_meta(meta, N, dtype, tile):
     meta['BD'] = max(16, meta['BD'])
     meta['BN'] = max(1, 16 // BQ, min(columns // BQ,
                                       triton.next_power_of_2(N)))
-    meta['PRECISION'] = (FLOAT32_PRODUCTS
-                         if dtype == torch.float32 else 'ieee')
+    meta['PRECISION'] = products if dtype == torch.float32 else 'ieee'
     return meta, num_warps
 
 
@@ -620,7 +623,8 @@ def forward(X_p, X_q, h1, h2, row, col, beta, eps, outer, inner, proximal,
     base = _meta(X_p, X_q, eps, outer, inner, proximal, uniform)
 
     def launch(tile):
-        meta, num_warps = _tile_meta(base, N, X_p.dtype, tile)
+        meta, num_warps = _tile_meta(base, N, X_p.dtype, tile,
+                                     FORWARD_PRODUCTS)
         grid = (M, triton.cdiv(N, meta['BN']))
         _forward_tile_kernel[grid](X_p, X_q, h1, h2, row, col, beta, dist,
                                    dist if distance_only else parts, N,
@@ -661,7 +665,8 @@ def backward(grad_dist, grad_parts, X_p, X_q, h1, h2, row, col, beta, eps,
         length = min(chunk, M - start)
 
         def launch(tile):
-            meta, num_warps = _tile_meta(base, N, X_p.dtype, tile)
+            meta, num_warps = _tile_meta(base, N, X_p.dtype, tile,
+                                         BACKWARD_PRODUCTS)
             _backward_tile_kernel[(length, )](
                 grad_dist, grad_parts if with_gp else grad_dist, X_p, X_q, h1,
                 h2, row, col, beta, dX_p, dh1, drow, part_xq, part_h2,
@@ -714,10 +719,11 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
     except TypeError:
         ptxas = get_ptxas().path
     report = {}
-    for name, kernel, tile in (('forward', _forward_tile_kernel, FORWARD_TILE),
-                               ('backward', _backward_tile_kernel,
-                                BACKWARD_TILE)):
-        constants, num_warps = _tile_meta(meta, N, dtype, tile)
+    for name, kernel, tile, products in (
+            ('forward', _forward_tile_kernel, FORWARD_TILE, FORWARD_PRODUCTS),
+            ('backward', _backward_tile_kernel, BACKWARD_TILE,
+             BACKWARD_PRODUCTS)):
+        constants, num_warps = _tile_meta(meta, N, dtype, tile, products)
         if name == 'backward':
             constants.update(WANT_PARTS=False, WITH_GP=True)
         else:

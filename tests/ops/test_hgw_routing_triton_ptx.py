@@ -43,3 +43,13 @@ def test_uniform_routing_and_options_compile():
     report = compile_report(90, torch.float32, V_p=5, V_q=3, d=2,
                             options=dict(uniform=True, inner=1))
     assert all(k['registers'] for k in report.values())
+
+
+def test_each_kernel_takes_its_own_products(monkeypatch):
+    # ieee products in the backward kernel alone: its PTX loses the
+    # tensor-core instructions, the forward's keeps them.
+    from mmhgw.ops import hgw_routing_triton as kernels
+    monkeypatch.setattr(kernels, 'BACKWARD_PRODUCTS', 'ieee')
+    report = kernels.compile_report(90, torch.float32, V_p=5, V_q=3, d=2)
+    assert report['forward']['tensor_cores'], report
+    assert not report['backward']['tensor_cores'], report

@@ -23,19 +23,22 @@ def test_each_variant_is_checked_against_float64(tmp_path):
     pytest.importorskip('triton')
     out = tmp_path / 'tune.json'
     # shipped, a smaller forward tile, a smaller backward tile, ieee
-    done = run('--feature-map', '1x1', '--rounds', '1', '--variants', '1,7,11',
+    # products in each kernel
+    done = run('--feature-map', '1x1', '--rounds', '1', '--variants',
+               '1,7,11,13',
                '--json', str(out), tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(out.read_text())['rows']
     assert [r['name'] for r in rows] == [
-        'shipped (64x4/64x8, tf32x3)', 'forward tile 32x4',
-        'backward tile 32x4', 'products ieee'
+        'shipped (64x4/64x8, tf32x3/tf32x3)', 'forward tile 32x4',
+        'backward tile 32x4', 'forward products ieee',
+        'backward products ieee'
     ]
     for row in rows:
         distance, gradient, best = row['errors']
         assert distance < 1e-5 and gradient < 1e-4 and best == 1.0, row
         assert len(row['forward']) == len(row['both']) == 1
-    assert '| products ieee |' in done.stdout
+    assert '| backward products ieee |' in done.stdout
 
 
 @pytest.mark.parametrize('args,message', [
