@@ -12,7 +12,8 @@ from test_checkpoint import make_runner
 import mmhgw  # noqa: F401
 from mmhgw.engine.hooks import CheckpointFitHook
 from mmhgw.engine.hooks.checkpoint_fit import (CheckpointMismatch,
-                                               checkpoint_fit)
+                                               checkpoint_fit,
+                                               load_fitting_weights)
 from mmhgw.models import HGWCaps
 
 
@@ -69,6 +70,33 @@ def test_evaluation_refuses_a_partial_checkpoint_unless_allowed():
     CheckpointFitHook('other.pth',
                       allow_partial=True).after_load_checkpoint(runner, state)
     assert 'only partly' in runner.warnings[0]
+
+
+def test_tools_load_only_fitting_weights(tmp_path):
+    # What the analysis tools load with: a fitting checkpoint (Runner
+    # layout, DDP prefix) loads every weight; one of another width is
+    # refused naming the file, where mmengine would keep random weights.
+    narrow = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    path = str(tmp_path / 'narrow.pth')
+    torch.save(dict(state_dict={f'module.{k}': v
+                                for k, v in narrow.state_dict().items()}),
+               path)
+    same = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    load_fitting_weights(same, path)
+    for a, b in zip(same.parameters(), narrow.parameters()):
+        assert torch.equal(a, b)
+    wide = nn.Sequential(nn.Linear(3, 8), nn.Linear(8, 2))
+    before = [p.clone() for p in wide.parameters()]
+    with pytest.raises(CheckpointMismatch) as err:
+        load_fitting_weights(wide, path)
+    message = str(err.value)
+    assert message.startswith(f'{path} does not fit the model')
+    assert '0.weight: (4, 3) in the checkpoint vs (8, 3) in the model' \
+        in message
+    assert all(torch.equal(a, b) for a, b in zip(wide.parameters(), before))
+    torch.save([1, 2], path)
+    with pytest.raises(CheckpointMismatch, match='holds no state dict'):
+        load_fitting_weights(same, path)
 
 
 def test_resume_with_a_changed_model_fails_before_the_optimizer(tmp_path):

@@ -9,7 +9,11 @@ with the background).
 
     python tools/analysis/part_scores.py DATA_ROOT \
         --model NAME CONFIG CHECKPOINT [--model ...] [--split val]
-        [--json FILE]
+        [--json FILE] [--cfg-options k=v ...]
+
+``--cfg-options`` applies to every model, as given to the run that
+trained them (e.g. its width); a checkpoint that does not fit its config
+is refused rather than scored with random weights where it does not fit.
 """
 import argparse
 import glob
@@ -19,6 +23,8 @@ import os.path as osp
 import cv2
 import numpy as np
 from scipy.stats import rankdata
+
+from mmhgw.config_utils import add_model_args, check_model_args
 
 
 def arrangement_scores(probs, objects) -> dict:
@@ -41,11 +47,16 @@ def arrangement_scores(probs, objects) -> dict:
                 arrangement_auc=float(auc))
 
 
-def model_probs(config, checkpoint, images):
+def model_probs(config, checkpoint, images, options=None):
+    from mmengine.config import Config
     from mmseg.apis import inference_model, init_model
 
-    import mmhgw  # noqa: F401 - registers the models
-    model = init_model(config, checkpoint, device='cpu')
+    from mmhgw.config_utils import merge_cfg_options
+    from mmhgw.engine import load_fitting_weights
+    cfg = Config.fromfile(config)
+    merge_cfg_options(cfg, options)
+    model = init_model(cfg, None, device='cpu')
+    load_fitting_weights(model, checkpoint)
     probs = []
     for path in images:
         logits = inference_model(model, path).seg_logits.data
@@ -53,14 +64,18 @@ def model_probs(config, checkpoint, images):
     return probs
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('data_root')
-    parser.add_argument('--model', nargs=3, action='append', required=True,
-                        metavar=('NAME', 'CONFIG', 'CHECKPOINT'))
+    add_model_args(parser)
     parser.add_argument('--split', default='val')
     parser.add_argument('--json', help='also write the scores here')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    check_model_args(parser, args.model)
+    labels = [label for label, _, _ in args.model]
+    if len(set(labels)) != len(labels):
+        parser.error(f'--model labels must differ (one row each), got '
+                     f'{labels}')
     images = sorted(
         glob.glob(osp.join(args.data_root, 'images', args.split, '*.jpg')))
     if not images:
@@ -79,7 +94,8 @@ def main():
     print('|---|---|---|---|---|')
     for name, config, checkpoint in args.model:
         rows[name] = arrangement_scores(
-            model_probs(config, checkpoint, images), objects)
+            model_probs(config, checkpoint, images, args.cfg_options),
+            objects)
         r = rows[name]
         print(
             f'| {name} | {r["T"]:.3f} | {r["L"]:.3f} | '

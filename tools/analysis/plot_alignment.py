@@ -35,9 +35,9 @@ def test_pipeline(cfg):
 
 def capture_routing(cfg, checkpoint, image, layer_name=None):
     """Distances [L, N], plans [L, N, V_p, V_q] and the layer's name."""
-    from mmengine.runner import load_checkpoint
+    from mmhgw.engine import load_fitting_weights
     model = build_config_model(cfg)
-    load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
+    load_fitting_weights(model, checkpoint)
     model.eval()
     layers = {n: m for n, m in model.named_modules() if isinstance(m, HGWCaps)}
     if not layers:

@@ -151,14 +151,15 @@ def gradient_norms(model, inputs, samples, capsule_names, with_reg: bool):
 
 def diagnose(cfg, checkpoint=None, batches=2, beta=None) -> dict:
     from mmengine.registry import init_default_scope
-    from mmengine.runner import Runner, load_checkpoint
+    from mmengine.runner import Runner
 
     from mmhgw.config_utils import build_config_model
+    from mmhgw.engine import load_fitting_weights
     from mmhgw.models import HGWCaps
     init_default_scope(cfg.get('default_scope', 'mmengine'))
     model = build_config_model(cfg, init=checkpoint is None)
     if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu', logger='silent')
+        load_fitting_weights(model, checkpoint)
     model.train()
     layers = {n: m for n, m in model.named_modules() if isinstance(m, HGWCaps)}
     if not layers:

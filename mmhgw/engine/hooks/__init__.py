@@ -1,5 +1,5 @@
 from .beta_warmup import HGWBetaWarmupHook, hgw_modules
-from .checkpoint_fit import CheckpointFitHook
+from .checkpoint_fit import CheckpointFitHook, load_fitting_weights
 from .loss_scale import HGWLossScaleHook, loss_factor
 from .non_finite_guard import NonFiniteGuardHook
 from .rank_consistency import RankConsistencyHook
@@ -8,5 +8,5 @@ from .rng_state import RNGStateHook
 __all__ = [
     'CheckpointFitHook', 'HGWBetaWarmupHook', 'HGWLossScaleHook',
     'NonFiniteGuardHook', 'RankConsistencyHook', 'RNGStateHook', 'hgw_modules',
-    'loss_factor'
+    'load_fitting_weights', 'loss_factor'
 ]

@@ -33,11 +33,7 @@ def checkpoint_fit(
         ``'key: checkpoint shape vs model shape'`` for the keys of both
         whose shapes differ.
     """
-    revised = {}
-    for key, value in state_dict.items():
-        for pattern, replacement in revise_keys:
-            key = re.sub(pattern, replacement, key)
-        revised[key] = value
+    revised = _revised(state_dict, revise_keys)
     own = model.state_dict()
     missing = [
         k for k in own
@@ -50,6 +46,54 @@ def checkpoint_fit(
         and torch.is_tensor(revised[k]) and revised[k].shape != own[k].shape
     ]
     return missing, unexpected, mismatched
+
+
+def _revised(state_dict: Mapping,
+             revise_keys: Sequence[Tuple[str, str]]) -> dict:
+    revised = {}
+    for key, value in state_dict.items():
+        for pattern, replacement in revise_keys:
+            key = re.sub(pattern, replacement, key)
+        revised[key] = value
+    return revised
+
+
+def load_fitting_weights(model: torch.nn.Module, filename: str,
+                         map_location='cpu') -> None:
+    """Load the weights of the checkpoint file ``filename`` into ``model``,
+    for the tools that build a model themselves to score or inspect it.
+
+    A checkpoint that does not fit (:func:`checkpoint_fit`: weights missing,
+    extra or of another shape, e.g. a config of another width than the
+    run's) is refused with :class:`CheckpointMismatch` naming the file and
+    the keys: mmengine's non-strict loading would keep the model's random
+    weights where it skips, and every number taken from it would be that of
+    a partly random network."""
+    from mmhgw.engine.checkpoint import load_checkpoint_file
+    state = state_dict_of(
+        load_checkpoint_file(filename, map_location=map_location), filename)
+    misfit = checkpoint_fit(model, state)
+    if any(misfit):
+        raise CheckpointMismatch(
+            f'{filename} does not fit the model built from the config: '
+            f'{describe_misfit(*misfit)}. Check that config and checkpoint '
+            f'belong together (and the --cfg-options the run was trained '
+            f'with).')
+    # Checked above; not strict, since BN's num_batches_tracked may be
+    # absent, as mmengine allows.
+    model.load_state_dict(_revised(state, REVISE_KEYS), strict=False)
+
+
+def state_dict_of(checkpoint, name: str) -> Mapping:
+    """The weights of a loaded checkpoint (a Runner's ``state_dict`` entry,
+    or the checkpoint itself); ``name`` names it in the error."""
+    state = checkpoint.get('state_dict', checkpoint) \
+        if isinstance(checkpoint, Mapping) else None
+    if not isinstance(state, Mapping):
+        raise CheckpointMismatch(
+            f'{name} holds no state dict (a mapping of weights), got '
+            f'{type(state).__name__}')
+    return state
 
 
 def describe_misfit(missing, unexpected, mismatched) -> str:
@@ -100,12 +144,7 @@ class CheckpointFitHook(Hook):
 
     def after_load_checkpoint(self, runner, checkpoint: dict):
         name = self.checkpoint or 'the checkpoint being loaded'
-        state = checkpoint.get('state_dict', checkpoint) \
-            if isinstance(checkpoint, Mapping) else None
-        if not isinstance(state, Mapping):
-            raise CheckpointMismatch(
-                f'{name} holds no state dict (a mapping of weights), got '
-                f'{type(state).__name__}')
+        state = state_dict_of(checkpoint, name)
         # The model the weights go into, unwrapped as mmengine's
         # load_state_dict unwraps it (DDP-like wrappers, test-time
         # augmentation).
