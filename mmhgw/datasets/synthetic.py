@@ -15,7 +15,9 @@ classes and metrics read it unchanged:
   (low-contrast lesions, distractors), or easy.
 - :func:`make_isic_arrangements`: the same layout, for a task where only
   the arrangement of parts decides the label: every object is the same two
-  bars, joined as a T (foreground) or as an L (background).
+  bars, joined as a T (foreground) or as an L (background);
+  :func:`make_arrangement_patches` the same objects one to a patch, as
+  in-memory arrays of a T-or-L classification task.
 """
 import json
 import os
@@ -359,6 +361,50 @@ def _arrangement(kind: str, center: np.ndarray, length: float,
     return [(a + shift, b + shift) for a, b in bars]
 
 
+def _bars(kind: str, center, length: float, thick: int, angle: float,
+          shape) -> np.ndarray:
+    """uint8 map of ``shape``, 1 on the object of :func:`_arrangement`
+    drawn ``thick`` pixels wide."""
+    obj = np.zeros(shape, np.uint8)
+    for a, b in _arrangement(kind, center, length, angle):
+        cv2.line(obj, tuple(np.round(a).astype(int)),
+                 tuple(np.round(b).astype(int)), 1, thick)
+    return obj
+
+
+def _paint(img: np.ndarray, obj: np.ndarray, rng: np.random.Generator):
+    """Colour the pixels of ``obj`` in ``img``: one random colour with
+    grain, so that colour tells nothing about the kind."""
+    img[obj > 0] = np.clip(
+        rng.uniform(0, 255, 3) + rng.normal(0, 8, (int(obj.sum()), 3)), 0,
+        255)
+
+
+def make_arrangement_patches(count: int, size: Sequence[int] = (32, 32),
+                             seed: int = 0):
+    """An image classification set of the arrangement task: ``count``
+    patches [count, H, W, 3] (BGR, uint8), each one object of
+    :func:`make_isic_arrangements` (the same two bars joined as a T or an
+    L, rotated, scaled and coloured at random on a textured background),
+    near the patch's centre and about half its size, and the labels
+    [count] (int64; 1: T, 0: L; alternating, so balanced)."""
+    height, width = size
+    rng = np.random.default_rng([seed, 10])
+    images = np.empty((count, height, width, 3), np.uint8)
+    labels = np.arange(count, dtype=np.int64) % 2 ^ 1
+    for idx in range(count):
+        kind = 'T' if labels[idx] else 'L'
+        img = _texture(rng, height, width)
+        length = rng.uniform(0.45, 0.6) * min(height, width)
+        thick = max(2, int(round(rng.uniform(0.22, 0.3) * length)))
+        center = np.array([width, height]) / 2 + rng.uniform(-2, 2, 2)
+        _paint(img,
+               _bars(kind, center, length, thick, rng.uniform(0, 2 * np.pi),
+                     (height, width)), rng)
+        images[idx] = img
+    return images, labels
+
+
 def make_isic_arrangements(out_dir: str, num_train: int = 200,
                            num_val: int = 60, size: Sequence[int] = (128, 128),
                            seed: int = 0) -> None:
@@ -392,11 +438,8 @@ def make_isic_arrangements(out_dir: str, num_train: int = 200,
                     margin = length * 0.75
                     center = rng.uniform([margin, margin],
                                          [width - margin, height - margin])
-                    obj = np.zeros_like(mask)
-                    for a, b in _arrangement(kind, center, length,
-                                             rng.uniform(0, 2 * np.pi)):
-                        cv2.line(obj, tuple(np.round(a).astype(int)),
-                                 tuple(np.round(b).astype(int)), 1, thick)
+                    obj = _bars(kind, center, length, thick,
+                                rng.uniform(0, 2 * np.pi), mask.shape)
                     grown = cv2.dilate(obj, np.ones((5, 5), np.uint8))
                     if not (grown & taken).any():
                         break
@@ -404,9 +447,7 @@ def make_isic_arrangements(out_dir: str, num_train: int = 200,
                     continue
                 taken |= grown
                 objects[obj > 0] = 1 if kind == 'T' else 2
-                img[obj > 0] = np.clip(
-                    rng.uniform(0, 255, 3) +
-                    rng.normal(0, 8, (int(obj.sum()), 3)), 0, 255)
+                _paint(img, obj, rng)
                 if kind == 'T':
                     mask |= obj
             name = f'ISIC_{idx + (0 if split == "train" else 900000):07d}'

@@ -101,3 +101,14 @@ def test_arrangement_set_differs_only_in_where_the_bars_meet(tmp_path):
                              cv2.IMREAD_GRAYSCALE)
         assert ((objects == 1) == (m > 0)).all()
         assert (objects == 2).any()
+
+
+def test_arrangement_patches_are_balanced_and_repeatable():
+    from mmhgw.datasets.synthetic import make_arrangement_patches
+    images, labels = make_arrangement_patches(6, (24, 24), seed=3)
+    assert images.shape == (6, 24, 24, 3) and images.dtype == np.uint8
+    assert labels.tolist() == [1, 0, 1, 0, 1, 0]
+    again, _ = make_arrangement_patches(6, (24, 24), seed=3)
+    assert np.array_equal(images, again)
+    assert not np.array_equal(images,
+                              make_arrangement_patches(6, (24, 24), 4)[0])

@@ -1,0 +1,74 @@
+"""tools/analysis/arrangement_probe.py: every variant trains and is scored,
+the report pairs them by seed, and bad arguments name themselves."""
+import json
+
+import pytest
+import torch
+
+from tools.analysis.arrangement_probe import main, probe_network, report
+
+SMALL = [
+    '--steps', '2', '--batch', '4', '--train', '8', '--test', '6', '--size',
+    '16', '--channels', '8', '--types', '4', '--layer-cfg', 'num_parts=2',
+    'part_dim=2'
+]
+
+
+@pytest.mark.parametrize('variant', ['stock', 'hgw', 'uniform'])
+def test_the_layer_under_test_gets_the_task_gradient(variant):
+    model = probe_network(variant, channels=8, types=4,
+                          layer_cfg=dict(num_parts=2, part_dim=2))
+    layer = model[9]
+    assert type(layer).__name__ == ('Conv2d'
+                                    if variant == 'stock' else 'HGWCaps')
+    if variant != 'stock':
+        assert layer.routing == variant
+    out = model(torch.randn(2, 3, 16, 16))
+    assert out.shape == (2, 2)
+    out.sum().backward()
+    weight = layer.weight if variant == 'stock' else layer.embed.weight
+    assert weight.grad.abs().sum() > 0
+
+
+def test_runs_are_written_and_paired(tmp_path, capsys):
+    out = tmp_path / 'probe.json'
+    main(SMALL + ['--seeds', '0', '1', '--json', str(out)])
+    runs = json.loads(out.read_text())['runs']
+    assert [(r['variant'], r['seed']) for r in runs] == [
+        (v, s) for s in (0, 1) for v in ('stock', 'hgw', 'uniform')
+    ]
+    for r in runs:
+        assert 0 <= r['test_accuracy'] <= 1 and r['final_loss'] > 0
+    text = capsys.readouterr().out
+    assert '| hgw minus uniform |' in text and '| stock |' in text
+
+
+def test_report_pairs_by_seed():
+    runs = [
+        dict(variant='hgw', seed=0, test_accuracy=0.9, train_accuracy=1,
+             seconds=1),
+        dict(variant='hgw', seed=1, test_accuracy=0.8, train_accuracy=1,
+             seconds=1),
+        dict(variant='uniform', seed=1, test_accuracy=0.7, train_accuracy=1,
+             seconds=1),
+        dict(variant='uniform', seed=2, test_accuracy=0.1, train_accuracy=1,
+             seconds=1),
+    ]
+    text = report(runs, ['hgw', 'uniform'])
+    # Only seed 1 is in both: one difference, +10 points, no interval.
+    assert '| hgw minus uniform | n/a | +10.0 |' in text
+    assert '| hgw | 85.00 ± 7.07 | 90.0, 80.0 |' in text
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--types', '3'], '--types (3) must divide --channels (8)'),
+    (['--layer-cfg', 'routing=hgw'], "--layer-cfg cannot set ['routing']"),
+    (['--layer-cfg', 'temperature=-1'], '--layer-cfg: '),
+    (['--steps', '0'], '--steps must be >= 1'),
+    (['--batch', '9'], '--batch (9) must not exceed --train (8)'),
+])
+def test_bad_arguments_name_themselves(args, message, capsys):
+    with pytest.raises(SystemExit) as err:
+        main(SMALL + args)
+    assert err.value.code == 2
+    assert message in capsys.readouterr().err
