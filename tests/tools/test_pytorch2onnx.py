@@ -110,3 +110,21 @@ def test_an_untraceable_model_is_refused_naming_it(tmp_path):
     with pytest.raises(ValueError, match='opset_version must be >= 17'):
         export_onnx(DataDependent(), (torch.randn(3), ),
                     str(tmp_path / 'x.onnx'), opset_version=16)
+
+
+def test_a_checkpoint_of_another_width_is_refused_naming_it(tmp_path):
+    from mmhgw.config_utils import build_config_model, load_offline_config
+    from mmhgw.engine.hooks.checkpoint_fit import CheckpointMismatch
+    cfg = load_offline_config(SEG_HGW)
+    narrow = {k: int(v) for k, v in (o.split('=') for o in SEG_OPTIONS[:7])}
+    cfg.merge_from_dict(narrow)
+    ckpt = str(tmp_path / 'narrow.pth')
+    torch.save(dict(state_dict=build_config_model(cfg).state_dict()), ckpt)
+    # The run's width left out of --cfg-options: refused before export.
+    with pytest.raises(CheckpointMismatch, match=f'^{ckpt} does not fit'):
+        main([
+            SEG_HGW, '--out',
+            str(tmp_path / 'x.onnx'), '--shape', '64', '64', '--checkpoint',
+            ckpt, '--cfg-options', 'model.backbone.hgw_cfg.outer_iters=1'
+        ])
+    assert not (tmp_path / 'x.onnx').exists()

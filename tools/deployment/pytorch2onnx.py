@@ -63,9 +63,8 @@ def build(args, shape):
                          f'mmseg, got {scope!r}')
     model = build_config_model(cfg, init=args.checkpoint is None)
     if args.checkpoint:
-        from mmengine.runner import load_checkpoint
-        load_checkpoint(model, args.checkpoint, map_location='cpu',
-                        strict=True, logger='silent')
+        from mmhgw.engine import load_fitting_weights
+        load_fitting_weights(model, args.checkpoint)
     model.eval()  # stock ResNet.train() returns None: no chaining
     module = (model.backbone if args.backbone_only else TensorModeModel(
         model, scope, shape))
