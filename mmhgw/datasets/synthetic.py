@@ -376,8 +376,7 @@ def _paint(img: np.ndarray, obj: np.ndarray, rng: np.random.Generator):
     """Colour the pixels of ``obj`` in ``img``: one random colour with
     grain, so that colour tells nothing about the kind."""
     img[obj > 0] = np.clip(
-        rng.uniform(0, 255, 3) + rng.normal(0, 8, (int(obj.sum()), 3)), 0,
-        255)
+        rng.uniform(0, 255, 3) + rng.normal(0, 8, (int(obj.sum()), 3)), 0, 255)
 
 
 def make_arrangement_patches(count: int, size: Sequence[int] = (32, 32),
@@ -398,9 +397,10 @@ def make_arrangement_patches(count: int, size: Sequence[int] = (32, 32),
         length = rng.uniform(0.45, 0.6) * min(height, width)
         thick = max(2, int(round(rng.uniform(0.22, 0.3) * length)))
         center = np.array([width, height]) / 2 + rng.uniform(-2, 2, 2)
-        _paint(img,
-               _bars(kind, center, length, thick, rng.uniform(0, 2 * np.pi),
-                     (height, width)), rng)
+        _paint(
+            img,
+            _bars(kind, center, length, thick, rng.uniform(0, 2 * np.pi),
+                  (height, width)), rng)
         images[idx] = img
     return images, labels
 

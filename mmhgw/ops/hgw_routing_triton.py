@@ -719,10 +719,10 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
     except TypeError:
         ptxas = get_ptxas().path
     report = {}
-    for name, kernel, tile, products in (
-            ('forward', _forward_tile_kernel, FORWARD_TILE, FORWARD_PRODUCTS),
-            ('backward', _backward_tile_kernel, BACKWARD_TILE,
-             BACKWARD_PRODUCTS)):
+    for name, kernel, tile, products in (('forward', _forward_tile_kernel,
+                                          FORWARD_TILE, FORWARD_PRODUCTS),
+                                         ('backward', _backward_tile_kernel,
+                                          BACKWARD_TILE, BACKWARD_PRODUCTS)):
         constants, num_warps = _tile_meta(meta, N, dtype, tile, products)
         if name == 'backward':
             constants.update(WANT_PARTS=False, WITH_GP=True)

@@ -50,8 +50,10 @@ def test_models_score_and_a_misfitting_checkpoint_is_refused(
     data = str(tmp_path / 'Parts')
     make_isic_arrangements(data, num_train=1, num_val=2, size=(64, 64))
     out = tmp_path / 'scores.json'
-    main([data, '--model', 'hgw', seg_config, seg_checkpoint, '--json',
-          str(out)])
+    main([
+        data, '--model', 'hgw', seg_config, seg_checkpoint, '--json',
+        str(out)
+    ])
     scores = json.loads(out.read_text())['hgw']
     assert 0 <= scores['arrangement_auc'] <= 1
     assert '| hgw |' in capsys.readouterr().out

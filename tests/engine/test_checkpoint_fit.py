@@ -78,9 +78,11 @@ def test_tools_load_only_fitting_weights(tmp_path):
     # refused naming the file, where mmengine would keep random weights.
     narrow = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     path = str(tmp_path / 'narrow.pth')
-    torch.save(dict(state_dict={f'module.{k}': v
-                                for k, v in narrow.state_dict().items()}),
-               path)
+    torch.save(
+        dict(state_dict={
+            f'module.{k}': v
+            for k, v in narrow.state_dict().items()
+        }), path)
     same = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     load_fitting_weights(same, path)
     for a, b in zip(same.parameters(), narrow.parameters()):

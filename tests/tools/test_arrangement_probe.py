@@ -34,9 +34,8 @@ def test_runs_are_written_and_paired(tmp_path, capsys):
     out = tmp_path / 'probe.json'
     main(SMALL + ['--seeds', '0', '1', '--json', str(out)])
     runs = json.loads(out.read_text())['runs']
-    assert [(r['variant'], r['seed']) for r in runs] == [
-        (v, s) for s in (0, 1) for v in ('stock', 'hgw', 'uniform')
-    ]
+    assert [(r['variant'], r['seed']) for r in runs
+            ] == [(v, s) for s in (0, 1) for v in ('stock', 'hgw', 'uniform')]
     for r in runs:
         assert 0 <= r['test_accuracy'] <= 1 and r['final_loss'] > 0
     text = capsys.readouterr().out

@@ -56,8 +56,7 @@ def probe_network(variant: str, channels: int = 64, types: int = 16,
     else:
         from mmhgw.models import HGWCaps
         layer = HGWCaps(channels, channels, 3, padding=1, in_types=types,
-                        out_types=types, routing=variant,
-                        **(layer_cfg or {}))
+                        out_types=types, routing=variant, **(layer_cfg or {}))
     return nn.Sequential(*block(3, channels // 2, 1),
                          *block(channels // 2, channels, 2),
                          *block(channels, channels, 2), layer,
@@ -120,8 +119,11 @@ def train_probe(variant, seed, data, steps, batch, channels, types,
 def report(runs, variants) -> str:
     """Markdown: accuracy per variant, then each capsule variant's paired
     differences to the others."""
-    by = {v: {r['seed']: r for r in runs if r['variant'] == v}
-          for v in variants}
+    by = {
+        v: {r['seed']: r
+            for r in runs if r['variant'] == v}
+        for v in variants
+    }
     lines = [
         '| variant | test accuracy (%) | per seed | train accuracy (%) | '
         's / run |', '|---|---|---|---|---|'
@@ -160,14 +162,14 @@ def parse_args(argv=None):
     parser.add_argument('--batch', type=int, default=32)
     parser.add_argument('--train', type=int, default=4000,
                         help='training patches')
-    parser.add_argument('--test', type=int, default=2000,
-                        help='test patches')
+    parser.add_argument('--test', type=int, default=2000, help='test patches')
     parser.add_argument('--size', type=int, default=32,
                         help='patch side in pixels')
     parser.add_argument('--channels', type=int, default=64)
-    parser.add_argument('--types', type=int, default=16,
-                        help="capsule types (in and out) of the HGWCaps "
-                        "layer; it must divide --channels")
+    parser.add_argument(
+        '--types', type=int, default=16,
+        help="capsule types (in and out) of the HGWCaps "
+        "layer; it must divide --channels")
     parser.add_argument('--layer-cfg', nargs='+', action=DictAction,
                         default={}, help='HGWCaps arguments, key=value')
     parser.add_argument('--threads', type=int,
@@ -214,9 +216,10 @@ def main(argv=None):
         for variant in args.variants:
             run = train_probe(variant, seed, data, args.steps, args.batch,
                               args.channels, args.types, args.layer_cfg)
-            print(f'{variant} seed {seed}: test accuracy '
-                  f'{100 * run["test_accuracy"]:.2f}% ({run["seconds"]:.0f} '
-                  f's)', flush=True)
+            print(
+                f'{variant} seed {seed}: test accuracy '
+                f'{100 * run["test_accuracy"]:.2f}% ({run["seconds"]:.0f} '
+                f's)', flush=True)
             runs.append(run)
             if args.json:  # after every run: nothing lost if stopped
                 with open(args.json, 'w') as f:

@@ -94,8 +94,7 @@ def main(argv=None):
     print('|---|---|---|---|---|')
     for name, config, checkpoint in args.model:
         rows[name] = arrangement_scores(
-            model_probs(config, checkpoint, images, args.cfg_options),
-            objects)
+            model_probs(config, checkpoint, images, args.cfg_options), objects)
         r = rows[name]
         print(
             f'| {name} | {r["T"]:.3f} | {r["L"]:.3f} | '

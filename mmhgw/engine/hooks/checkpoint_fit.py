@@ -48,8 +48,8 @@ def checkpoint_fit(
     return missing, unexpected, mismatched
 
 
-def _revised(state_dict: Mapping,
-             revise_keys: Sequence[Tuple[str, str]]) -> dict:
+def _revised(state_dict: Mapping, revise_keys: Sequence[Tuple[str,
+                                                              str]]) -> dict:
     revised = {}
     for key, value in state_dict.items():
         for pattern, replacement in revise_keys:
