@@ -48,12 +48,11 @@ def arrangement_scores(probs, objects) -> dict:
 
 
 def model_probs(config, checkpoint, images, options=None):
-    from mmengine.config import Config
     from mmseg.apis import inference_model, init_model
 
-    from mmhgw.config_utils import merge_cfg_options
+    from mmhgw.config_utils import load_offline_config, merge_cfg_options
     from mmhgw.engine import load_fitting_weights
-    cfg = Config.fromfile(config)
+    cfg = load_offline_config(config)
     merge_cfg_options(cfg, options)
     model = init_model(cfg, None, device='cpu')
     load_fitting_weights(model, checkpoint)

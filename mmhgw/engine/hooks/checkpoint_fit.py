@@ -48,8 +48,7 @@ def checkpoint_fit(
     return missing, unexpected, mismatched
 
 
-def _revised(state_dict: Mapping, revise_keys: Sequence[Tuple[str,
-                                                              str]]) -> dict:
+def _revised(state_dict: Mapping, revise_keys=REVISE_KEYS) -> dict:
     revised = {}
     for key, value in state_dict.items():
         for pattern, replacement in revise_keys:
@@ -81,7 +80,7 @@ def load_fitting_weights(model: torch.nn.Module, filename: str,
             f'with).')
     # Checked above; not strict, since BN's num_batches_tracked may be
     # absent, as mmengine allows.
-    model.load_state_dict(_revised(state, REVISE_KEYS), strict=False)
+    model.load_state_dict(_revised(state), strict=False)
 
 
 def state_dict_of(checkpoint, name: str) -> Mapping:
