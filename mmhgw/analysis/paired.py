@@ -1,5 +1,8 @@
 """Paired comparisons of trained models: one value per seed, differences
 taken seed by seed, a Student-t interval of their mean."""
+import json
+import os
+import os.path as osp
 import statistics
 
 
@@ -23,3 +26,39 @@ def fmt_interval(values, digits=2):
         return 'n/a'
     return (f'{statistics.fmean(values):+.{digits}f} '
             f'[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]')
+
+
+def changes_table(results, changes, metrics) -> str:
+    """Markdown: per label and metric, the mean as trained and each
+    change's mean difference to it, paired by model, with its interval and
+    range. ``results``: ``{label: {'trained' or change: {metric: [score
+    per model]}}}``."""
+    header = ['model', 'models', 'metric', 'as trained'
+              ] + [f'{change} - as trained' for change in changes]
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    for label, per_change in results.items():
+        for metric in metrics:
+            trained = per_change['trained'][metric]
+            cells = [
+                label,
+                str(len(trained)), metric, f'{statistics.fmean(trained):.2f}'
+            ]
+            for change in changes:
+                diffs = [
+                    a - b for a, b in zip(per_change[change][metric], trained)
+                ]
+                cells.append(f'{fmt_interval(diffs)} '
+                             f'({min(diffs):+.2f} to {max(diffs):+.2f})')
+            lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
+def write_changes(path: str, changes, results: dict, partial: bool):
+    """Write :func:`changes_table`'s ``results`` and ``changes`` as JSON to
+    ``path``, marked ``partial`` while models remain to be scored."""
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    data = dict(changes=changes, results=results)
+    if partial:
+        data['partial'] = True
+    with open(path, 'w') as f:
+        json.dump(data, f, indent=2)

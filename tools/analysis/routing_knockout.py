@@ -16,7 +16,7 @@ plan it was trained with; one under ``flat`` that it relies on the
 activations at all. Writes JSON (after each model too, marked ``partial``,
 so that an interrupted run keeps what it finished) and prints a markdown
 table (mean over the models of one label, then each change's mean
-difference to as trained)::
+difference to as trained, with its interval and range)::
 
     python tools/analysis/routing_knockout.py \\
         --model hgw CONFIG CHECKPOINT [--model hgw CONFIG CHECKPOINT ...] \\
@@ -24,12 +24,9 @@ difference to as trained)::
         [--cfg-options k=v ...] --out knockout.json
 """
 import argparse
-import json
 import math
-import os
-import os.path as osp
-import statistics
 
+from mmhgw.analysis.paired import changes_table, write_changes
 from mmhgw.config_utils import add_model_args, check_model_args
 
 #: Change -> what it does to one capsule layer.
@@ -77,29 +74,6 @@ def knockouts(models, changes, metrics, options, save=None) -> dict:
     return results
 
 
-def table(results, changes, metrics) -> str:
-    """Mean as trained and each change's mean difference to it (paired by
-    model), per label and metric."""
-    header = ['model', 'models', 'metric', 'as trained'
-              ] + [f'{change} - as trained' for change in changes]
-    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
-    for label, per_change in results.items():
-        for metric in metrics:
-            trained = per_change['trained'][metric]
-            cells = [
-                label,
-                str(len(trained)), metric, f'{statistics.fmean(trained):.2f}'
-            ]
-            for change in changes:
-                diffs = [
-                    a - b for a, b in zip(per_change[change][metric], trained)
-                ]
-                cells.append(f'{statistics.fmean(diffs):+.2f} '
-                             f'({min(diffs):+.2f} to {max(diffs):+.2f})')
-            lines.append('| ' + ' | '.join(cells) + ' |')
-    return '\n'.join(lines)
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser)
@@ -113,22 +87,13 @@ def parse_args(argv=None):
     return args
 
 
-def write_results(path: str, changes, results: dict, partial: bool):
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    data = dict(changes=changes, results=results)
-    if partial:
-        data['partial'] = True
-    with open(path, 'w') as f:
-        json.dump(data, f, indent=2)
-
-
 def main(argv=None):
     args = parse_args(argv)
     results = knockouts(
         args.model, args.changes, args.metric, args.cfg_options,
-        save=lambda done: write_results(args.out, args.changes, done, True))
-    write_results(args.out, args.changes, results, False)
-    print(table(results, args.changes, args.metric))
+        save=lambda done: write_changes(args.out, args.changes, done, True))
+    write_changes(args.out, args.changes, results, False)
+    print(changes_table(results, args.changes, args.metric))
     print(f'written to {args.out}')
 
 
