@@ -194,3 +194,21 @@ def test_hook_leaves_training_alone_and_saves_recomputed_statistics(tmp_path):
                      for run in ('hook', 'plain'))
     for key, value in plain3.items():
         assert torch.equal(hook3[key], value), key
+
+
+def test_interval_recomputes_before_each_of_its_checkpoints(tmp_path):
+    plain = make_runner(tmp_path / 'plain', [])
+    plain.train()
+    runner = make_runner(
+        tmp_path / 'every3',
+        [dict(type='RecomputeBNHook', num_batches=2, interval=3)])
+    runner.train()
+    every3, plain3 = (torch.load(tmp_path / run / 'iter_3.pth',
+                                 weights_only=False)['state_dict']
+                      for run in ('every3', 'plain'))
+    changed = {k for k, v in plain3.items() if not torch.equal(every3[k], v)}
+    assert changed == {
+        f'{bn}.running_{s}'
+        for bn in ('bn1', 'bn2')
+        for s in ('mean', 'var')
+    }
