@@ -18,8 +18,9 @@ from mmhgw.engine.hooks.bn_statistics import statistics_loader
 
 
 class Net(BaseModel):
-    """Two trained BN layers with dropout between them, and one that its
-    ``train()`` keeps frozen in eval mode (as ``norm_eval=True`` does)."""
+    """Two trained BN layers with dropout between them, one that its
+    ``train()`` keeps frozen in eval mode (as ``norm_eval=True`` does) and
+    one that only the loss reaches (as an auxiliary head)."""
 
     def __init__(self):
         super().__init__()
@@ -28,8 +29,10 @@ class Net(BaseModel):
         self.bn1 = nn.BatchNorm2d(4)
         self.drop = nn.Dropout(0.5)
         self.bn2 = nn.BatchNorm2d(4)
+        self.aux = nn.BatchNorm2d(4)
         with torch.no_grad():
             self.frozen.running_mean.fill_(0.5)
+            self.aux.running_var.fill_(2.0)
 
     def train(self, mode=True):
         super().train(mode)
@@ -39,6 +42,7 @@ class Net(BaseModel):
     def forward(self, x, y=None, mode='tensor'):
         out = self.bn2(self.drop(self.bn1(self.conv(self.frozen(x)))))
         if mode == 'loss':
+            out = self.aux(out)
             return dict(loss=((out.mean((1, 2, 3)) - y)**2).mean())
         return out
 
@@ -124,6 +128,21 @@ def test_only_the_running_statistics_change():
         for bn in ('bn1', 'bn2')
         for s in ('mean', 'var')
     }
+
+
+def test_a_failure_leaves_the_statistics_as_they_were():
+
+    def failing():
+        yield from batches(1)
+        raise RuntimeError('data gone')
+
+    model = Net()
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(RuntimeError, match='data gone'):
+        recompute_bn_statistics(model, failing(), 3)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert model.bn1.momentum == 0.1
 
 
 def test_bad_arguments_and_models_without_trained_bn():

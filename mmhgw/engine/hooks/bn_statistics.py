@@ -49,7 +49,7 @@ def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
                             num_batches: int) -> int:
     """Set every trained BN layer's running mean and variance to their plain
     averages over ``num_batches`` batches of ``batches`` under the model's
-    current weights; returns the number of BN layers set.
+    current weights.
 
     Training leaves in each BN layer an exponential average (momentum 0.1)
     of its last ~20 batches' statistics, taken while the weights before it
@@ -60,11 +60,14 @@ def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
     training mode (``mode='tensor'``), and each layer (``momentum=None``,
     PyTorch's cumulative average) averages the batch means and unbiased
     variances with equal weight. Under distributed training the averages of
-    the processes are averaged. Only the running mean and variance change:
-    the training flags, momenta, ``num_batches_tracked`` and the random
+    the processes are averaged. Layers the forward does not reach (an
+    auxiliary head that only training's loss runs) keep their statistics,
+    as all do when the recomputation fails. Nothing else changes: the
+    training flags, momenta, ``num_batches_tracked`` and the random
     generators (dropout, augmentation) are restored, so a training run
     continues as it would have without the recomputation. ``batches`` is
     iterated again from its start when it has fewer than ``num_batches``.
+    Returns the number of BN layers set.
     """
     if num_batches < 1:
         raise ValueError(f'num_batches must be >= 1, got {num_batches}')
@@ -76,8 +79,13 @@ def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
         for m, mode in modes.items():
             m.training = mode
         return 0
-    kept = [(m.momentum, m.num_batches_tracked.clone()) for m in layers]
+    kept = {
+        m: (m.momentum, m.num_batches_tracked.clone(), m.running_mean.clone(),
+            m.running_var.clone())
+        for m in layers
+    }
     generators = get_rng_state()
+    unused = layers
     try:
         for m in layers:
             m.reset_running_stats()
@@ -94,17 +102,21 @@ def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
             if done == seen:
                 raise ValueError('the dataloader gave no batch to recompute '
                                  'the BN statistics from')
+        unused = [m for m in layers if int(m.num_batches_tracked) == 0]
         for m in layers:
             all_reduce(m.running_mean, op='mean')
             all_reduce(m.running_var, op='mean')
     finally:
-        for m, (momentum, tracked) in zip(layers, kept):
+        for m, (momentum, tracked, mean, var) in kept.items():
             m.momentum = momentum
             m.num_batches_tracked.copy_(tracked)
+            if m in unused:
+                m.running_mean.copy_(mean)
+                m.running_var.copy_(var)
         for m, mode in modes.items():
             m.training = mode
         set_rng_state(generators)
-    return len(layers)
+    return len(layers) - len(unused)
 
 
 @HOOKS.register_module()
