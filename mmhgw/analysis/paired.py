@@ -28,6 +28,20 @@ def fmt_interval(values, digits=2):
             f'[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]')
 
 
+def record_scores(results: dict, label: str, change: str, scores: dict,
+                  metrics) -> None:
+    """Append a model's test ``scores`` of ``metrics`` under ``label`` and
+    ``change`` (``'trained'`` or a change) in ``results``, the layout of
+    :func:`changes_table`; a metric the test did not give raises
+    ``KeyError`` naming ``--metric`` and what the test gave."""
+    per_metric = results.setdefault(label, {}).setdefault(change, {})
+    for metric in metrics:
+        if metric not in scores:
+            raise KeyError(f'--metric {metric}: the test gave '
+                           f'{sorted(scores)}')
+        per_metric.setdefault(metric, []).append(scores[metric])
+
+
 def changes_table(results, changes, metrics) -> str:
     """Markdown: per label and metric, the mean as trained and each
     change's mean difference to it, paired by model, with its interval and

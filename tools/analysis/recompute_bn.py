@@ -22,7 +22,7 @@ import argparse
 import os.path as osp
 import tempfile
 
-from mmhgw.analysis.paired import changes_table, write_changes
+from mmhgw.analysis.paired import changes_table, record_scores, write_changes
 from mmhgw.config_utils import add_model_args, check_model_args
 
 CHANGE = 'recomputed-bn'
@@ -78,14 +78,9 @@ def compare(models, metrics, options, num_batches, save_dir=None,
             recomputed_checkpoint(config, checkpoint, out, num_batches,
                                   options)
             for change, path in (('trained', checkpoint), (CHANGE, out)):
-                scores = checkpoint_metrics(config, path, options)
-                per_metric = results.setdefault(label,
-                                                {}).setdefault(change, {})
-                for metric in metrics:
-                    if metric not in scores:
-                        raise KeyError(f'--metric {metric}: the test gave '
-                                       f'{sorted(scores)}')
-                    per_metric.setdefault(metric, []).append(scores[metric])
+                record_scores(results, label, change,
+                              checkpoint_metrics(config, path, options),
+                              metrics)
             if save is not None:
                 save(results)
     return results

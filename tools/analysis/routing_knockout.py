@@ -26,7 +26,7 @@ difference to as trained, with its interval and range)::
 import argparse
 import math
 
-from mmhgw.analysis.paired import changes_table, write_changes
+from mmhgw.analysis.paired import changes_table, record_scores, write_changes
 from mmhgw.config_utils import add_model_args, check_model_args
 
 #: Change -> what it does to one capsule layer.
@@ -63,12 +63,7 @@ def knockouts(models, changes, metrics, options, save=None) -> dict:
             scores = checkpoint_metrics(
                 config, checkpoint, options, change_model=None
                 if change == 'trained' else capsule_layers_changed(change))
-            per_metric = results.setdefault(label, {}).setdefault(change, {})
-            for metric in metrics:
-                if metric not in scores:
-                    raise KeyError(f'--metric {metric}: the test gave '
-                                   f'{sorted(scores)}')
-                per_metric.setdefault(metric, []).append(scores[metric])
+            record_scores(results, label, change, scores, metrics)
         if save is not None:
             save(results)
     return results
