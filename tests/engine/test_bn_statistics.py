@@ -109,6 +109,17 @@ def test_statistics_are_the_batch_averages_under_the_weights(num_batches):
         torch.testing.assert_close(bn.running_var, var)
 
 
+def test_plain_modules_through_their_own_forward():
+    model = nn.Sequential(nn.Conv2d(2, 3, 1), nn.BatchNorm2d(3))
+    data = [b['x'] for b in batches(3)]
+    inputs = [model[0](x).detach() for x in data]
+    assert recompute_bn_statistics(model, data, 3,
+                                   forward=lambda m, x: m(x)) == 1
+    torch.testing.assert_close(
+        model[1].running_mean,
+        torch.stack([t.mean((0, 2, 3)) for t in inputs]).mean(0))
+
+
 def test_only_the_running_statistics_change():
     torch.manual_seed(0)
     model = Net().eval()

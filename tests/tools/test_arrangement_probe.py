@@ -38,8 +38,10 @@ def test_runs_are_written_and_paired(tmp_path, capsys):
             ] == [(v, s) for s in (0, 1) for v in ('stock', 'hgw', 'uniform')]
     for r in runs:
         assert 0 <= r['test_accuracy'] <= 1 and r['final_loss'] > 0
+        assert 0 <= r['test_accuracy_recomputed_bn'] <= 1
     text = capsys.readouterr().out
-    assert '| hgw minus uniform |' in text and '| stock |' in text
+    assert text.count('| hgw minus uniform |') == 2 and '| stock |' in text
+    assert 'With BN statistics recomputed' in text
 
 
 def test_report_pairs_by_seed():

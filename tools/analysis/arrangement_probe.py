@@ -13,7 +13,9 @@ ramped as in training (HGWBetaWarmupHook's schedule). Every variant sees the
 same training patches (data seed 0) and test patches (data seed 1); the
 seed sets the initialisation and the batch order. The report: test
 accuracy per variant (mean, std, per seed) and the paired differences with
-their 95% interval (:mod:`mmhgw.analysis.paired`).
+their 95% interval (:mod:`mmhgw.analysis.paired`), as trained and with the
+BN running statistics recomputed as plain averages over the training
+patches under the final weights.
 
     python tools/analysis/arrangement_probe.py [--variants stock hgw uniform]
         [--seeds 0 1 2 3 4] [--steps 1000] [--batch 32] [--train 4000]
@@ -24,6 +26,7 @@ their 95% interval (:mod:`mmhgw.analysis.paired`).
 both capsule variants.
 """
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -82,8 +85,10 @@ def accuracy(model, x, y, batch=256) -> float:
 
 def train_probe(variant, seed, data, steps, batch, channels, types,
                 layer_cfg) -> dict:
-    """Train one probe; its test accuracy, last losses and seconds."""
-    from mmhgw.engine.hooks import HGWBetaWarmupHook
+    """Train one probe; its test accuracy (also with its BN statistics
+    recomputed over the training patches, ``recompute_bn_statistics``),
+    last losses and seconds."""
+    from mmhgw.engine.hooks import HGWBetaWarmupHook, recompute_bn_statistics
     (x_train, y_train), (x_test, y_test) = data
     torch.manual_seed(seed)
     model = probe_network(variant, channels, types, layer_cfg)
@@ -109,16 +114,25 @@ def train_probe(variant, seed, data, steps, batch, channels, types,
         optimizer.step()
         losses.append(loss.item())
     tail = losses[-max(1, steps // 10):]
-    return dict(variant=variant, seed=seed,
-                test_accuracy=accuracy(model, x_test, y_test),
-                train_accuracy=accuracy(model, x_train, y_train),
-                final_loss=statistics.fmean(tail),
-                seconds=time.perf_counter() - start)
+    recomputed = copy.deepcopy(model)
+    # Plain averages over every training patch in training-sized batches.
+    recompute_bn_statistics(recomputed, [
+        x_train[i:i + batch] for i in range(0,
+                                            len(x_train) - batch + 1, batch)
+    ],
+                            len(x_train) // batch, forward=lambda m, x: m(x))
+    return dict(
+        variant=variant, seed=seed,
+        test_accuracy=accuracy(model, x_test, y_test),
+        test_accuracy_recomputed_bn=accuracy(recomputed, x_test, y_test),
+        train_accuracy=accuracy(model, x_train, y_train),
+        final_loss=statistics.fmean(tail), seconds=time.perf_counter() - start)
 
 
-def report(runs, variants) -> str:
+def report(runs, variants, key='test_accuracy') -> str:
     """Markdown: accuracy per variant, then each capsule variant's paired
-    differences to the others."""
+    differences to the others; ``key``: the runs' test accuracy as trained
+    or with BN recomputed (``test_accuracy_recomputed_bn``)."""
     by = {
         v: {r['seed']: r
             for r in runs if r['variant'] == v}
@@ -129,7 +143,7 @@ def report(runs, variants) -> str:
         's / run |', '|---|---|---|---|---|'
     ]
     for v in variants:
-        acc = [100 * r['test_accuracy'] for r in by[v].values()]
+        acc = [100 * r[key] for r in by[v].values()]
         if not acc:
             continue
         std = statistics.stdev(acc) if len(acc) > 1 else 0.0
@@ -143,10 +157,7 @@ def report(runs, variants) -> str:
         seeds = sorted(set(by.get(a, {})) & set(by.get(b, {})))
         if not seeds:
             continue
-        diffs = [
-            100 * (by[a][s]['test_accuracy'] - by[b][s]['test_accuracy'])
-            for s in seeds
-        ]
+        diffs = [100 * (by[a][s][key] - by[b][s][key]) for s in seeds]
         per = ', '.join(f'{d:+.1f}' for d in diffs)
         lines.append(f'| {a} minus {b} | {fmt_interval(diffs)} | {per} | | |')
     return '\n'.join(lines)
@@ -225,6 +236,8 @@ def main(argv=None):
                 with open(args.json, 'w') as f:
                     json.dump(dict(args=vars(args), runs=runs), f, indent=1)
     print(report(runs, args.variants))
+    print('\nWith BN statistics recomputed over the training patches:\n')
+    print(report(runs, args.variants, 'test_accuracy_recomputed_bn'))
 
 
 if __name__ == '__main__':

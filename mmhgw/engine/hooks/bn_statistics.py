@@ -1,7 +1,7 @@
 """Batch-norm running statistics recomputed as exact averages under the
 final weights."""
 import logging
-from typing import Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional
 
 import torch
 from mmengine.dataset import DefaultSampler
@@ -45,8 +45,16 @@ def trained_bn_layers(model: torch.nn.Module) -> List[_BatchNorm]:
 
 
 @torch.no_grad()
+def forward_data_batch(model, batch) -> None:
+    """One data batch, as a dataloader gives it, through an mmengine
+    model's data preprocessor and its forward (``mode='tensor'``)."""
+    data = model.data_preprocessor(batch, True)
+    model(**data, mode='tensor')
+
+
 def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
-                            num_batches: int) -> int:
+                            num_batches: int,
+                            forward: Callable = forward_data_batch) -> int:
     """Set every trained BN layer's running mean and variance to their plain
     averages over ``num_batches`` batches of ``batches`` under the model's
     current weights.
@@ -55,9 +63,10 @@ def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
     of its last ~20 batches' statistics, taken while the weights before it
     still moved. Where a layer's input statistics keep changing late in
     training, that average lags the final weights and evaluation normalises
-    with statistics no training batch had. Here each batch (as a dataloader
-    gives it) goes through the model's data preprocessor and a forward in
-    training mode (``mode='tensor'``), and each layer (``momentum=None``,
+    with statistics no training batch had. Here each batch goes through
+    ``forward(model, batch)`` in training mode (by default an mmengine
+    model's data preprocessor and ``mode='tensor'`` forward,
+    :func:`forward_data_batch`), and each layer (``momentum=None``,
     PyTorch's cumulative average) averages the batch means and unbiased
     variances with equal weight. Under distributed training the averages of
     the processes are averaged. Layers the forward does not reach (an
@@ -94,8 +103,7 @@ def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
         while done < num_batches:
             seen = done
             for batch in batches:
-                data = model.data_preprocessor(batch, True)
-                model(**data, mode='tensor')
+                forward(model, batch)
                 done += 1
                 if done == num_batches:
                     break
