@@ -139,8 +139,8 @@ def report(runs, variants, key='test_accuracy') -> str:
         for v in variants
     }
     lines = [
-        '| variant | test accuracy (%) | per seed | train accuracy (%) | '
-        's / run |', '|---|---|---|---|---|'
+        '| variant | test accuracy (%) | per seed | '
+        'train accuracy, as trained (%) | s / run |', '|---|---|---|---|---|'
     ]
     for v in variants:
         acc = [100 * r[key] for r in by[v].values()]
