@@ -113,8 +113,12 @@ def test_plain_modules_through_their_own_forward():
     model = nn.Sequential(nn.Conv2d(2, 3, 1), nn.BatchNorm2d(3))
     data = [b['x'] for b in batches(3)]
     inputs = [model[0](x).detach() for x in data]
-    assert recompute_bn_statistics(model, data, 3,
-                                   forward=lambda m, x: m(x)) == 1
+
+    def forward(m, x):
+        assert not torch.is_grad_enabled()
+        m(x)
+
+    assert recompute_bn_statistics(model, data, 3, forward=forward) == 1
     torch.testing.assert_close(
         model[1].running_mean,
         torch.stack([t.mean((0, 2, 3)) for t in inputs]).mean(0))

@@ -44,7 +44,6 @@ def trained_bn_layers(model: torch.nn.Module) -> List[_BatchNorm]:
     ]
 
 
-@torch.no_grad()
 def forward_data_batch(model, batch) -> None:
     """One data batch, as a dataloader gives it, through an mmengine
     model's data preprocessor and its forward (``mode='tensor'``)."""
@@ -52,6 +51,7 @@ def forward_data_batch(model, batch) -> None:
     model(**data, mode='tensor')
 
 
+@torch.no_grad()
 def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
                             num_batches: int,
                             forward: Callable = forward_data_batch) -> int:
