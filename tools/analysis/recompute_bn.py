@@ -34,6 +34,7 @@ def recomputed_checkpoint(config: str, checkpoint: str, out: str,
     statistics recomputed over ``num_batches`` of ``config``'s training
     batches (drawn with ``seed``); returns the number of BN layers set."""
     import torch
+    from mmengine.runner import Runner
 
     from mmhgw.config_utils import (build_config_model, load_offline_config,
                                     merge_cfg_options)
@@ -44,7 +45,6 @@ def recomputed_checkpoint(config: str, checkpoint: str, out: str,
     merge_cfg_options(cfg, options)
     model = build_config_model(cfg, init=False)
     load_fitting_weights(model, checkpoint)
-    from mmengine.runner import Runner
     loader_cfg = dict(cfg.train_dataloader, num_workers=0,
                       persistent_workers=False)
     loader_cfg.pop('prefetch_factor', None)
@@ -57,10 +57,10 @@ def recomputed_checkpoint(config: str, checkpoint: str, out: str,
     saved = load_checkpoint_file(checkpoint, map_location='cpu')
     saved = dict(saved) if 'state_dict' in saved else dict(state_dict=saved)
     saved['state_dict'] = model.state_dict()
-    saved.setdefault('meta', {})
     saved['meta'] = dict(
-        saved['meta'], bn_recomputed=dict(num_batches=num_batches, seed=seed,
-                                          source=checkpoint))
+        saved.get('meta') or {},
+        bn_recomputed=dict(num_batches=num_batches, seed=seed,
+                           source=checkpoint))
     torch.save(saved, out)
     return count
 
