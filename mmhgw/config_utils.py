@@ -120,6 +120,14 @@ def add_model_args(parser, required=True):
                         help='key=value options for every model')
 
 
+def add_score_args(parser):
+    """``--metric`` (the test metrics to record, ``mIoU`` by default) and
+    ``--out`` (the JSON file to write), for the tools that score models."""
+    parser.add_argument('--metric', nargs='+', default=['mIoU'],
+                        help='test metrics to record')
+    parser.add_argument('--out', required=True, help='JSON file to write')
+
+
 def check_model_args(parser, models):
     """Refuse a ``--model`` whose config or checkpoint is not a file,
     naming the model and the path."""

@@ -23,7 +23,7 @@ import os.path as osp
 import tempfile
 
 from mmhgw.analysis.paired import changes_table, record_scores, write_changes
-from mmhgw.config_utils import add_model_args, check_model_args
+from mmhgw.config_utils import add_model_args, add_score_args, check_model_args
 
 CHANGE = 'recomputed-bn'
 
@@ -39,12 +39,11 @@ def recomputed_checkpoint(config: str, checkpoint: str, out: str,
     from mmhgw.config_utils import (build_config_model, load_offline_config,
                                     merge_cfg_options)
     from mmhgw.engine import load_fitting_weights, recompute_bn_statistics
-    from mmhgw.engine.checkpoint import load_checkpoint_file
     from mmhgw.engine.hooks.bn_statistics import statistics_loader
     cfg = load_offline_config(config)
     merge_cfg_options(cfg, options)
     model = build_config_model(cfg, init=False)
-    load_fitting_weights(model, checkpoint)
+    saved = load_fitting_weights(model, checkpoint)
     loader_cfg = dict(cfg.train_dataloader, num_workers=0,
                       persistent_workers=False)
     loader_cfg.pop('prefetch_factor', None)
@@ -54,7 +53,6 @@ def recomputed_checkpoint(config: str, checkpoint: str, out: str,
     if count == 0:
         raise ValueError(f'{config}: the model has no BN layer that trains '
                          f'its running statistics')
-    saved = load_checkpoint_file(checkpoint, map_location='cpu')
     saved = dict(saved) if 'state_dict' in saved else dict(state_dict=saved)
     saved['state_dict'] = model.state_dict()
     saved['meta'] = dict(
@@ -91,11 +89,9 @@ def parse_args(argv=None):
     add_model_args(parser)
     parser.add_argument('--num-batches', type=int, default=100,
                         help='training batches to average over')
-    parser.add_argument('--metric', nargs='+', default=['mIoU'],
-                        help='test metrics to record')
     parser.add_argument('--save-dir',
                         help='keep the recomputed checkpoints here')
-    parser.add_argument('--out', required=True, help='JSON file to write')
+    add_score_args(parser)
     args = parser.parse_args(argv)
     check_model_args(parser, args.model)
     if args.num_batches < 1:

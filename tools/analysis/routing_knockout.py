@@ -27,7 +27,7 @@ import argparse
 import math
 
 from mmhgw.analysis.paired import changes_table, record_scores, write_changes
-from mmhgw.config_utils import add_model_args, check_model_args
+from mmhgw.config_utils import add_model_args, add_score_args, check_model_args
 
 #: Change -> what it does to one capsule layer.
 CHANGES = {
@@ -74,9 +74,7 @@ def parse_args(argv=None):
     add_model_args(parser)
     parser.add_argument('--changes', nargs='+', choices=list(CHANGES),
                         default=list(CHANGES))
-    parser.add_argument('--metric', nargs='+', default=['mIoU'],
-                        help='test metrics to record')
-    parser.add_argument('--out', required=True, help='JSON file to write')
+    add_score_args(parser)
     args = parser.parse_args(argv)
     check_model_args(parser, args.model)
     return args

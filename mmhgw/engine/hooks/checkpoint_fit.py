@@ -58,9 +58,10 @@ def _revised(state_dict: Mapping, revise_keys=REVISE_KEYS) -> dict:
 
 
 def load_fitting_weights(model: torch.nn.Module, filename: str,
-                         map_location='cpu') -> None:
+                         map_location='cpu'):
     """Load the weights of the checkpoint file ``filename`` into ``model``,
-    for the tools that build a model themselves to score or inspect it.
+    for the tools that build a model themselves to score or inspect it;
+    returns the checkpoint as read, for a tool that writes it back.
 
     A checkpoint that does not fit (:func:`checkpoint_fit`: weights missing,
     extra or of another shape, e.g. a config of another width than the
@@ -69,8 +70,8 @@ def load_fitting_weights(model: torch.nn.Module, filename: str,
     weights where it skips, and every number taken from it would be that of
     a partly random network."""
     from mmhgw.engine.checkpoint import load_checkpoint_file
-    state = state_dict_of(
-        load_checkpoint_file(filename, map_location=map_location), filename)
+    checkpoint = load_checkpoint_file(filename, map_location=map_location)
+    state = state_dict_of(checkpoint, filename)
     misfit = checkpoint_fit(model, state)
     if any(misfit):
         raise CheckpointMismatch(
@@ -81,6 +82,7 @@ def load_fitting_weights(model: torch.nn.Module, filename: str,
     # Checked above; not strict, since BN's num_batches_tracked may be
     # absent, as mmengine allows.
     model.load_state_dict(_revised(state), strict=False)
+    return checkpoint
 
 
 def state_dict_of(checkpoint, name: str) -> Mapping:
