@@ -461,10 +461,12 @@ def make_isic_arrangements(out_dir: str, num_train: int = 200,
 
 
 def make_all(root: str, seed: int = 0, scale: float = 1.0,
-             only: Optional[Sequence[str]] = None) -> None:
+             only: Optional[Sequence[str]] = None,
+             isic_size: Sequence[int] = (128, 128)) -> None:
     """The sets under ``root/{coco,VOCdevkit,ISIC2018}`` (and, when
     ``only`` names ``'parts'``, ``root/Parts``, ISIC-2018 layout);
-    ``scale`` multiplies the image counts."""
+    ``scale`` multiplies the image counts; ``isic_size`` is the lesion
+    images' ``(height, width)``."""
     n = lambda k: max(2, int(round(k * scale)))  # noqa: E731
     only = set(only or ('coco', 'voc', 'isic'))
     if 'parts' in only:
@@ -475,4 +477,5 @@ def make_all(root: str, seed: int = 0, scale: float = 1.0,
     if 'voc' in only:
         make_voc_semantic(root, n(100), n(30), seed=seed)
     if 'isic' in only:
-        make_isic_lesions(osp.join(root, 'ISIC2018'), n(100), n(30), seed=seed)
+        make_isic_lesions(osp.join(root, 'ISIC2018'), n(100), n(30),
+                          size=isic_size, seed=seed)

@@ -112,3 +112,25 @@ def test_arrangement_patches_are_balanced_and_repeatable():
     assert np.array_equal(images, again)
     assert not np.array_equal(images,
                               make_arrangement_patches(6, (24, 24), 4)[0])
+
+
+def test_demo_data_tool_makes_lesions_of_the_given_size(tmp_path):
+    import subprocess
+    import sys
+    root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+    tool = osp.join(root, 'tools', 'make_demo_data.py')
+    cmd = [
+        sys.executable, tool, '--out',
+        str(tmp_path), '--only', 'isic', '--scale', '0.02'
+    ]
+    done = subprocess.run(cmd + ['--isic-size', '48', '64'],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    images, masks, _, _ = load(str(tmp_path / 'ISIC2018'))
+    assert len(images) == 2
+    assert {im.shape for im in images} == {(48, 64, 3)}
+    assert {m.shape for m in masks} == {(48, 64)}
+    bad = subprocess.run(cmd + ['--isic-size', '8', '64'],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert '--isic-size must be at least 16 16, got 8 64' in bad.stderr
