@@ -460,9 +460,10 @@ def make_isic_arrangements(out_dir: str, num_train: int = 200,
             step()
 
 
-def make_all(root: str, seed: int = 0, scale: float = 1.0,
-             only: Optional[Sequence[str]] = None,
-             isic_size: Sequence[int] = (128, 128)) -> None:
+def make_all(
+    root: str, seed: int = 0, scale: float = 1.0,
+    only: Optional[Sequence[str]] = None, isic_size: Sequence[int] = (128, 128)
+) -> None:
     """The sets under ``root/{coco,VOCdevkit,ISIC2018}`` (and, when
     ``only`` names ``'parts'``, ``root/Parts``, ISIC-2018 layout);
     ``scale`` multiplies the image counts; ``isic_size`` is the lesion

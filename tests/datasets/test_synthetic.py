@@ -130,7 +130,7 @@ def test_demo_data_tool_makes_lesions_of_the_given_size(tmp_path):
     assert len(images) == 2
     assert {im.shape for im in images} == {(48, 64, 3)}
     assert {m.shape for m in masks} == {(48, 64)}
-    bad = subprocess.run(cmd + ['--isic-size', '8', '64'],
-                         capture_output=True, text=True)
+    bad = subprocess.run(cmd + ['--isic-size', '8', '64'], capture_output=True,
+                         text=True)
     assert bad.returncode == 2
     assert '--isic-size must be at least 16 16, got 8 64' in bad.stderr
