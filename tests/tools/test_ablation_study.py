@@ -265,3 +265,19 @@ def test_capsule_variants_name_real_layer_arguments(study, variant):
     differs += ['solver_cfg'] if layer.solver_cfg != shipped.solver_cfg \
         else []
     assert len(differs) == 1, differs
+
+
+def test_test_config_is_the_run_config(study, tmp_path):
+    """The written test config holds the variant's and the data's options:
+    a uniform-routing checkpoint tested with it routes uniformly."""
+    from mmengine.config import Config
+    options = (study.data_options('seg', str(tmp_path / 'data')) +
+               study.VARIANTS['uniform'][2])
+    path = study.test_config(
+        'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py', options,
+        study.TASKS['seg'], str(tmp_path))
+    cfg = Config.fromfile(path)
+    assert cfg.model.backbone.hgw_cfg.routing == 'uniform'
+    assert cfg.test_dataloader.dataset.data_root == str(tmp_path / 'data')
+    assert [e['type'] for e in cfg.test_evaluator
+            ] == ['IoUMetric', 'SeparabilityMetric']

@@ -341,7 +341,8 @@ def train_and_test(task, variant, seed, args):
     metrics_file = osp.join(work, 'metrics.json')
     run([
         sys.executable, 'tools/test.py',
-        test_config(config, TASKS[task], work), checkpoint, '--work-dir',
+        test_config(config, options, TASKS[task],
+                    work), checkpoint, '--work-dir',
         osp.join(work, 'test'), '--metrics-out', metrics_file, '--cfg-options',
         f'randomness.seed={seed}', *options
     ], osp.join(work, 'test.out'))
@@ -360,18 +361,24 @@ def train_and_test(task, variant, seed, args):
     return result
 
 
-def test_config(config, task: dict, work: str) -> str:
-    """The config the test runs with: ``config`` itself, or, where the task
-    has ``extra_metrics``, a config in ``work`` that inherits it and adds
-    them to its test evaluator."""
+def test_config(config, options, task: dict, work: str) -> str:
+    """Write ``work/test_config.py``, the config the run's test uses:
+    ``config`` with the run's ``options`` merged (data, variant, schedule)
+    and the task's ``extra_metrics`` added to its test evaluator. Complete
+    in itself, so that an analysis tool given it with the run's checkpoint
+    tests the model as trained: a variant that differs only in options
+    (uniform routing) has the weights of another, and a checkpoint cannot
+    tell them apart."""
+    cfg = merged_config(config, options)
     extra = task.get('extra_metrics')
-    if not extra:
-        return config
+    if extra:
+        evaluator = cfg.test_evaluator
+        cfg.test_evaluator = [
+            *(evaluator if isinstance(evaluator, list) else [evaluator]),
+            *extra
+        ]
     path = osp.join(work, 'test_config.py')
-    with open(path, 'w') as f:
-        f.write(f'_base_ = [{osp.join(ROOT, config)!r}]\n'
-                f'test_evaluator = [{{{{_base_.test_evaluator}}}}, '
-                f'*{extra!r}]\n')
+    cfg.dump(path)
     return path
 
 
