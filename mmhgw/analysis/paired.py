@@ -42,6 +42,23 @@ def record_scores(results: dict, label: str, change: str, scores: dict,
         per_metric.setdefault(metric, []).append(scores[metric])
 
 
+def score_changes(models, changes, metrics, score, save=None) -> dict:
+    """Each ``(label, config, checkpoint)`` of ``models`` scored as trained
+    and under each of ``changes``: ``score(config, checkpoint, change)``
+    returns the test scores (``change`` is ``'trained'`` first). Returns
+    ``{label: {'trained' or change: {metric: [score per model]}}}``, the
+    layout of :func:`changes_table`; ``save(results)`` after each model, so
+    that an interrupted run keeps the models it finished."""
+    results = {}
+    for label, config, checkpoint in models:
+        for change in ['trained', *changes]:
+            record_scores(results, label, change,
+                          score(config, checkpoint, change), metrics)
+        if save is not None:
+            save(results)
+    return results
+
+
 def changes_table(results, changes, metrics) -> str:
     """Markdown: per label and metric, the mean as trained and each
     change's mean difference to it, paired by model, with its interval and

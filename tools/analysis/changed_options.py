@@ -17,24 +17,22 @@ interval and range)::
 """
 import argparse
 
-from mmhgw.analysis.paired import changes_table, record_scores, write_changes
+from mmhgw.analysis.paired import changes_table, score_changes, write_changes
 from mmhgw.config_utils import add_model_args, add_score_args, check_model_args
 
 
 def compare(models, changed: dict, name: str, metrics, options,
             save=None) -> dict:
-    """``{label: {'trained' | name: {metric: [score per model]}}}``;
-    ``save(results)`` after each model."""
+    """``{label: {'trained' | name: {metric: [score per model]}}}``
+    (:func:`mmhgw.analysis.paired.score_changes`)."""
     from mmhgw.config_utils import checkpoint_metrics
-    results = {}
-    for label, config, checkpoint in models:
-        for change, extra in (('trained', {}), (name, changed)):
-            scores = checkpoint_metrics(config, checkpoint,
-                                        {**(options or {}), **extra})
-            record_scores(results, label, change, scores, metrics)
-        if save is not None:
-            save(results)
-    return results
+
+    def score(config, checkpoint, change):
+        extra = changed if change == name else {}
+        return checkpoint_metrics(config, checkpoint,
+                                  {**(options or {}), **extra})
+
+    return score_changes(models, [name], metrics, score, save)
 
 
 def parse_args(argv=None):

@@ -26,7 +26,7 @@ difference to as trained, with its interval and range)::
 import argparse
 import math
 
-from mmhgw.analysis.paired import changes_table, record_scores, write_changes
+from mmhgw.analysis.paired import changes_table, score_changes, write_changes
 from mmhgw.config_utils import add_model_args, add_score_args, check_model_args
 
 #: Change -> what it does to one capsule layer.
@@ -54,19 +54,15 @@ def capsule_layers_changed(change: str):
 
 def knockouts(models, changes, metrics, options, save=None) -> dict:
     """``{label: {change: {metric: [score per model]}}}``, ``'trained'``
-    among the changes; ``save(results)`` after each model, so that an
-    interrupted run keeps the models it finished."""
+    among the changes (:func:`mmhgw.analysis.paired.score_changes`)."""
     from mmhgw.config_utils import checkpoint_metrics
-    results = {}
-    for label, config, checkpoint in models:
-        for change in ['trained', *changes]:
-            scores = checkpoint_metrics(
-                config, checkpoint, options, change_model=None
-                if change == 'trained' else capsule_layers_changed(change))
-            record_scores(results, label, change, scores, metrics)
-        if save is not None:
-            save(results)
-    return results
+
+    def score(config, checkpoint, change):
+        return checkpoint_metrics(
+            config, checkpoint, options, change_model=None
+            if change == 'trained' else capsule_layers_changed(change))
+
+    return score_changes(models, changes, metrics, score, save)
 
 
 def parse_args(argv=None):
