@@ -44,8 +44,9 @@ def record_scores(results: dict, label: str, change: str, scores: dict,
 
 def score_changes(models, changes, metrics, score, save=None) -> dict:
     """Each ``(label, config, checkpoint)`` of ``models`` scored as trained
-    and under each of ``changes``: ``score(config, checkpoint, change)``
-    returns the test scores (``change`` is ``'trained'`` first). Returns
+    and under each of ``changes``: ``score(label, config, checkpoint,
+    change)`` returns the test scores (``change`` is ``'trained'`` first).
+    Returns
     ``{label: {'trained' or change: {metric: [score per model]}}}``, the
     layout of :func:`changes_table`; ``save(results)`` after each model, so
     that an interrupted run keeps the models it finished."""
@@ -53,7 +54,7 @@ def score_changes(models, changes, metrics, score, save=None) -> dict:
     for label, config, checkpoint in models:
         for change in ['trained', *changes]:
             record_scores(results, label, change,
-                          score(config, checkpoint, change), metrics)
+                          score(label, config, checkpoint, change), metrics)
         if save is not None:
             save(results)
     return results

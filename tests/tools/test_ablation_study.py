@@ -274,7 +274,8 @@ def test_test_config_is_the_run_config(study, tmp_path):
     options = (study.data_options('seg', str(tmp_path / 'data')) +
                study.VARIANTS['uniform'][2])
     path = study.test_config(
-        'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py', options,
+        study.merged_config(
+            'configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py', options),
         study.TASKS['seg'], str(tmp_path))
     cfg = Config.fromfile(path)
     assert cfg.model.backbone.hgw_cfg.routing == 'uniform'

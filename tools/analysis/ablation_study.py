@@ -324,7 +324,8 @@ def train_and_test(task, variant, seed, args):
     if args.iters:
         options = schedule_options(merged_config(config, options),
                                    args.iters) + options
-    iters = int(merged_config(config, options).train_cfg.max_iters)
+    run_cfg = merged_config(config, options)
+    iters = int(run_cfg.train_cfg.max_iters)
     print(f'{task} {variant:8s} seed {seed}: training {iters} iterations',
           flush=True)
     # One checkpoint at the end, no validation inside the training run:
@@ -341,10 +342,9 @@ def train_and_test(task, variant, seed, args):
     metrics_file = osp.join(work, 'metrics.json')
     run([
         sys.executable, 'tools/test.py',
-        test_config(config, options, TASKS[task],
-                    work), checkpoint, '--work-dir',
+        test_config(run_cfg, TASKS[task], work), checkpoint, '--work-dir',
         osp.join(work, 'test'), '--metrics-out', metrics_file, '--cfg-options',
-        f'randomness.seed={seed}', *options
+        f'randomness.seed={seed}'
     ], osp.join(work, 'test.out'))
     with open(metrics_file) as f:
         metrics = json.load(f)
@@ -361,15 +361,14 @@ def train_and_test(task, variant, seed, args):
     return result
 
 
-def test_config(config, options, task: dict, work: str) -> str:
-    """Write ``work/test_config.py``, the config the run's test uses:
-    ``config`` with the run's ``options`` merged (data, variant, schedule)
-    and the task's ``extra_metrics`` added to its test evaluator. Complete
-    in itself, so that an analysis tool given it with the run's checkpoint
+def test_config(cfg, task: dict, work: str) -> str:
+    """Write ``work/test_config.py``, the config the run's test uses: the
+    run's config ``cfg`` (its options merged: data, variant, schedule) with
+    the task's ``extra_metrics`` added to its test evaluator. Complete in
+    itself, so that an analysis tool given it with the run's checkpoint
     tests the model as trained: a variant that differs only in options
     (uniform routing) has the weights of another, and a checkpoint cannot
     tell them apart."""
-    cfg = merged_config(config, options)
     extra = task.get('extra_metrics')
     if extra:
         evaluator = cfg.test_evaluator

@@ -27,7 +27,7 @@ def compare(models, changed: dict, name: str, metrics, options,
     (:func:`mmhgw.analysis.paired.score_changes`)."""
     from mmhgw.config_utils import checkpoint_metrics
 
-    def score(config, checkpoint, change):
+    def score(label, config, checkpoint, change):
         extra = changed if change == name else {}
         return checkpoint_metrics(config, checkpoint,
                                   {**(options or {}), **extra})

@@ -22,7 +22,7 @@ import argparse
 import os.path as osp
 import tempfile
 
-from mmhgw.analysis.paired import changes_table, record_scores, write_changes
+from mmhgw.analysis.paired import changes_table, score_changes, write_changes
 from mmhgw.config_utils import add_model_args, add_score_args, check_model_args
 
 CHANGE = 'recomputed-bn'
@@ -66,22 +66,21 @@ def recomputed_checkpoint(config: str, checkpoint: str, out: str,
 def compare(models, metrics, options, num_batches, save_dir=None,
             save=None) -> dict:
     """``{label: {'trained' | 'recomputed-bn': {metric: [score per
-    model]}}}``; ``save(results)`` after each model."""
+    model]}}}`` (:func:`mmhgw.analysis.paired.score_changes`)."""
     from mmhgw.config_utils import checkpoint_metrics
-    results, seen = {}, {}
+    seen = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, config, checkpoint in models:
-            seen[label] = seen.get(label, -1) + 1
-            out = osp.join(save_dir or tmp, f'{label}_{seen[label]}.pth')
-            recomputed_checkpoint(config, checkpoint, out, num_batches,
-                                  options)
-            for change, path in (('trained', checkpoint), (CHANGE, out)):
-                record_scores(results, label, change,
-                              checkpoint_metrics(config, path, options),
-                              metrics)
-            if save is not None:
-                save(results)
-    return results
+
+        def score(label, config, checkpoint, change):
+            if change == CHANGE:
+                seen[label] = seen.get(label, -1) + 1
+                out = osp.join(save_dir or tmp, f'{label}_{seen[label]}.pth')
+                recomputed_checkpoint(config, checkpoint, out, num_batches,
+                                      options)
+                checkpoint = out
+            return checkpoint_metrics(config, checkpoint, options)
+
+        return score_changes(models, [CHANGE], metrics, score, save)
 
 
 def parse_args(argv=None):

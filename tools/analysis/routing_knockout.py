@@ -57,7 +57,7 @@ def knockouts(models, changes, metrics, options, save=None) -> dict:
     among the changes (:func:`mmhgw.analysis.paired.score_changes`)."""
     from mmhgw.config_utils import checkpoint_metrics
 
-    def score(config, checkpoint, change):
+    def score(label, config, checkpoint, change):
         return checkpoint_metrics(
             config, checkpoint, options, change_model=None
             if change == 'trained' else capsule_layers_changed(change))
