@@ -20,9 +20,10 @@ classes and metrics read it unchanged:
   in-memory arrays of a T-or-L classification task.
 """
 import json
+import math
 import os
 import os.path as osp
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -379,14 +380,34 @@ def _paint(img: np.ndarray, obj: np.ndarray, rng: np.random.Generator):
         rng.uniform(0, 255, 3) + rng.normal(0, 8, (int(obj.sum()), 3)), 0, 255)
 
 
+def angle_range(angles) -> Tuple[float, float]:
+    """``angles`` (degrees, ``(low, high)``) in radians, checked."""
+    try:
+        low, high = (float(a) for a in angles)
+    except (TypeError, ValueError):
+        raise ValueError(f'angles must be two numbers (low, high) in '
+                         f'degrees, got {angles!r}') from None
+    if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+        raise ValueError(f'angles must be finite with low <= high, got '
+                         f'{angles!r}')
+    return math.radians(low), math.radians(high)
+
+
 def make_arrangement_patches(count: int, size: Sequence[int] = (32, 32),
-                             seed: int = 0):
+                             seed: int = 0,
+                             angles: Sequence[float] = (0.0, 360.0)):
     """An image classification set of the arrangement task: ``count``
     patches [count, H, W, 3] (BGR, uint8), each one object of
     :func:`make_isic_arrangements` (the same two bars joined as a T or an
     L, rotated, scaled and coloured at random on a textured background),
     near the patch's centre and about half its size, and the labels
-    [count] (int64; 1: T, 0: L; alternating, so balanced)."""
+    [count] (int64; 1: T, 0: L; alternating, so balanced).
+
+    ``angles``: the range ``(low, high)`` in degrees the objects' rotation
+    is drawn from, uniformly. Shifting both ends by ``r`` with the same
+    ``seed`` gives the same patches (texture, colour, scale, kind) with
+    every object turned by ``r`` more: a paired rotated test set."""
+    low, high = angle_range(angles)
     height, width = size
     rng = np.random.default_rng([seed, 10])
     images = np.empty((count, height, width, 3), np.uint8)
@@ -397,10 +418,12 @@ def make_arrangement_patches(count: int, size: Sequence[int] = (32, 32),
         length = rng.uniform(0.45, 0.6) * min(height, width)
         thick = max(2, int(round(rng.uniform(0.22, 0.3) * length)))
         center = np.array([width, height]) / 2 + rng.uniform(-2, 2, 2)
-        _paint(
-            img,
-            _bars(kind, center, length, thick, rng.uniform(0, 2 * np.pi),
-                  (height, width)), rng)
+        angle = rng.uniform(low, high)
+        # The colour and grain come from the patch's own stream: how many
+        # grain values the object takes depends on its angle, and the
+        # shared stream must not, for the rotated sets to stay paired.
+        _paint(img, _bars(kind, center, length, thick, angle, (height, width)),
+               np.random.default_rng([seed, 11, idx]))
         images[idx] = img
     return images, labels
 

@@ -114,6 +114,27 @@ def test_arrangement_patches_are_balanced_and_repeatable():
                               make_arrangement_patches(6, (24, 24), 4)[0])
 
 
+def test_arrangement_patches_turned_by_an_offset_are_the_same_patches():
+    from mmhgw.datasets.synthetic import make_arrangement_patches
+    upright, labels = make_arrangement_patches(8, (32, 32), 1, angles=(0, 0))
+    # A full turn: the same patches, so the offset changes nothing else.
+    full, _ = make_arrangement_patches(8, (32, 32), 1, angles=(360, 360))
+    assert np.array_equal(upright, full)
+    # A quarter turn: the same texture, colour and kind, the object moved.
+    turned, again = make_arrangement_patches(8, (32, 32), 1, angles=(90, 90))
+    assert np.array_equal(labels, again)
+    for a, b in zip(upright, turned):
+        changed = (a != b).any(-1)
+        assert 0.05 < changed.mean() < 0.6  # the object's pixels alone
+
+
+@pytest.mark.parametrize('angles', [(3, 1), (0, float('nan')), 5, (1, 2, 3)])
+def test_arrangement_patches_refuse_a_bad_angle_range(angles):
+    from mmhgw.datasets.synthetic import make_arrangement_patches
+    with pytest.raises(ValueError, match='angles must be'):
+        make_arrangement_patches(2, (16, 16), angles=angles)
+
+
 def test_demo_data_tool_makes_lesions_of_the_given_size(tmp_path):
     import subprocess
     import sys

@@ -5,7 +5,8 @@ import json
 import pytest
 import torch
 
-from tools.analysis.arrangement_probe import main, probe_network, report
+from tools.analysis.arrangement_probe import (main, probe_network, report,
+                                              rotation_report)
 
 SMALL = [
     '--steps', '2', '--batch', '4', '--train', '8', '--test', '6', '--size',
@@ -61,12 +62,47 @@ def test_report_pairs_by_seed():
     assert '| hgw | 85.00 ± 7.07 | 90.0, 80.0 |' in text
 
 
+def test_rotated_test_sets_are_scored_and_their_drops_paired(tmp_path, capsys):
+    out = tmp_path / 'probe.json'
+    main(SMALL + [
+        '--variants', 'stock', 'hgw', '--seeds', '0', '--train-angles', '-15',
+        '15', '--test-rotations', '0', '90', '90', '22.5', '--json',
+        str(out)
+    ])
+    (run, _) = json.loads(out.read_text())['runs']
+    assert sorted(run['rotated_accuracy']) == ['22.5', '90']
+    text = capsys.readouterr().out
+    assert '| variant | 0° | 90° | 22.5° | mean of the turned |' in text
+    assert '| drop, hgw minus stock |' in text
+
+
+def test_rotation_report_pairs_the_drops_by_seed():
+
+    def run(variant, seed, plain, turned):
+        return dict(variant=variant, seed=seed, test_accuracy=plain,
+                    rotated_accuracy={'90': turned})
+
+    runs = [
+        run('hgw', 0, 0.9, 0.8),
+        run('hgw', 1, 0.9, 0.7),
+        run('stock', 0, 1.0, 0.5),
+        run('stock', 1, 0.8, 0.6),
+        run('stock', 2, 0.8, 0.0)
+    ]
+    text = rotation_report(runs, ['stock', 'hgw'], [0, 90])
+    assert '| hgw | 90.0 ± 0.0 | 75.0 ± 7.1 | 75.0 ± 7.1 |' in text
+    # Drops: hgw 10 and 20 points, stock 50 and 20 (seed 2 is unpaired).
+    assert '| drop, hgw minus stock |  | -20.00 [' in text
+
+
 @pytest.mark.parametrize('args,message', [
     (['--types', '3'], '--types (3) must divide --channels (8)'),
     (['--layer-cfg', 'routing=hgw'], "--layer-cfg cannot set ['routing']"),
     (['--layer-cfg', 'temperature=-1'], '--layer-cfg: '),
     (['--steps', '0'], '--steps must be >= 1'),
     (['--batch', '9'], '--batch (9) must not exceed --train (8)'),
+    (['--train-angles', '10', '0'], '--train-angles: angles must be finite'),
+    (['--test-rotations', 'inf'], '--test-rotations must be finite'),
 ])
 def test_bad_arguments_name_themselves(args, message, capsys):
     with pytest.raises(SystemExit) as err:

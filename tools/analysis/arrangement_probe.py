@@ -17,10 +17,17 @@ their 95% interval (:mod:`mmhgw.analysis.paired`), as trained and with the
 BN running statistics recomputed as plain averages over the training
 patches under the final weights.
 
+Rotation (the paper's robustness claim): ``--train-angles`` narrows the
+objects' rotation in training (and in the test set) to a range, and
+``--test-rotations`` scores each model as trained on the same test patches
+with every object turned by each offset more; the report adds accuracy per
+offset and the paired differences of the drop from offset 0.
+
     python tools/analysis/arrangement_probe.py [--variants stock hgw uniform]
         [--seeds 0 1 2 3 4] [--steps 1000] [--batch 32] [--train 4000]
         [--test 2000] [--size 32] [--channels 64] [--types 16]
-        [--layer-cfg key=value ...] [--threads 1] [--json FILE]
+        [--layer-cfg key=value ...] [--train-angles 0 360]
+        [--test-rotations 0 45 90] [--threads 1] [--json FILE]
 
 ``--layer-cfg`` sets HGWCaps arguments (e.g. ``temperature=0.03``) for
 both capsule variants.
@@ -28,6 +35,7 @@ both capsule variants.
 import argparse
 import copy
 import json
+import math
 import statistics
 import time
 from types import SimpleNamespace
@@ -37,6 +45,7 @@ import torch
 import torch.nn as nn
 
 from mmhgw.analysis.paired import fmt_interval
+from mmhgw.datasets.synthetic import angle_range, make_arrangement_patches
 
 VARIANTS = ('stock', 'hgw', 'uniform')
 #: Iterations of the beta ramp, as a share of the steps.
@@ -83,11 +92,12 @@ def accuracy(model, x, y, batch=256) -> float:
     return float(hits) / len(x)
 
 
-def train_probe(variant, seed, data, steps, batch, channels, types,
-                layer_cfg) -> dict:
+def train_probe(variant, seed, data, steps, batch, channels, types, layer_cfg,
+                rotated=None) -> dict:
     """Train one probe; its test accuracy (also with its BN statistics
     recomputed over the training patches, ``recompute_bn_statistics``),
-    last losses and seconds."""
+    last losses and seconds; with ``rotated`` (``{offset: (x, y)}``, the
+    test set turned by each offset), ``rotated_accuracy`` per offset."""
     from mmhgw.engine.hooks import HGWBetaWarmupHook, recompute_bn_statistics
     (x_train, y_train), (x_test, y_test) = data
     torch.manual_seed(seed)
@@ -125,8 +135,11 @@ def train_probe(variant, seed, data, steps, batch, channels, types,
         variant=variant, seed=seed,
         test_accuracy=accuracy(model, x_test, y_test),
         test_accuracy_recomputed_bn=accuracy(recomputed, x_test, y_test),
-        train_accuracy=accuracy(model, x_train, y_train),
-        final_loss=statistics.fmean(tail), seconds=time.perf_counter() - start)
+        train_accuracy=accuracy(model, x_train, y_train), rotated_accuracy={
+            offset_key(offset): accuracy(model, x, y)
+            for offset, (x, y) in (rotated or {}).items()
+        }, final_loss=statistics.fmean(tail),
+        seconds=time.perf_counter() - start)
 
 
 def report(runs, variants, key='test_accuracy') -> str:
@@ -163,6 +176,60 @@ def report(runs, variants, key='test_accuracy') -> str:
     return '\n'.join(lines)
 
 
+def offset_key(offset: float) -> str:
+    """The JSON key of a rotation offset in degrees (``90``, ``22.5``)."""
+    return f'{offset:g}'
+
+
+def rotation_report(runs, variants, offsets) -> str:
+    """Markdown: test accuracy per variant at each rotation offset (degrees;
+    offset 0 is the plain test set) and over the non-zero offsets, mean ±
+    std over seeds; then, per pair of variants, the paired difference of
+    their drops from offset 0 (``acc(0) - acc(r)``, seed by seed): below
+    zero, the first variant loses less to the rotation."""
+    offsets = [o for o in offsets if o != 0]
+
+    def acc(run, offset):
+        if offset == 0:
+            return 100 * run['test_accuracy']
+        return 100 * run['rotated_accuracy'][offset_key(offset)]
+
+    def turned(run):  # the mean over the non-zero offsets
+        return statistics.fmean(acc(run, o) for o in offsets)
+
+    columns = [(f'{o:g}°', lambda r, o=o: acc(r, o)) for o in [0] + offsets]
+    columns.append(('mean of the turned', turned))
+    by = {
+        v: {r['seed']: r
+            for r in runs if r['variant'] == v}
+        for v in variants
+    }
+    lines = [
+        '| variant | ' + ' | '.join(name for name, _ in columns) + ' |',
+        '|---|' + '---|' * len(columns)
+    ]
+    for v in variants:
+        if not by[v]:
+            continue
+        cells = []
+        for _, value in columns:
+            values = [value(r) for r in by[v].values()]
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            cells.append(f'{statistics.fmean(values):.1f} ± {std:.1f}')
+        lines.append(f'| {v} | ' + ' | '.join(cells) + ' |')
+    for a, b in (('hgw', 'uniform'), ('hgw', 'stock'), ('uniform', 'stock')):
+        seeds = sorted(set(by.get(a, {})) & set(by.get(b, {})))
+        if not seeds:
+            continue
+        cells = ['']  # no drop at offset 0
+        for _, value in columns[1:]:
+            drops = [(acc(by[a][s], 0) - value(by[a][s])) -
+                     (acc(by[b][s], 0) - value(by[b][s])) for s in seeds]
+            cells.append(fmt_interval(drops))
+        lines.append(f'| drop, {a} minus {b} | ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines)
+
+
 def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -183,6 +250,16 @@ def parse_args(argv=None):
         "layer; it must divide --channels")
     parser.add_argument('--layer-cfg', nargs='+', action=DictAction,
                         default={}, help='HGWCaps arguments, key=value')
+    parser.add_argument(
+        '--train-angles', nargs=2, type=float, default=[0.0, 360.0],
+        metavar=('LOW', 'HIGH'),
+        help='range of the objects\' rotation in degrees, in training and '
+        'in the plain test set')
+    parser.add_argument(
+        '--test-rotations', nargs='+', type=float, default=[0.0],
+        metavar='DEGREES',
+        help='also score every model on the test patches with each object '
+        'turned by these offsets more (0: the plain test set)')
     parser.add_argument('--threads', type=int,
                         help='torch threads (default: torch\'s)')
     parser.add_argument('--json', help='also write the runs here')
@@ -206,6 +283,13 @@ def parse_args(argv=None):
         probe_network('hgw', args.channels, args.types, args.layer_cfg)
     except (TypeError, ValueError) as err:
         parser.error(f'--layer-cfg: {err}')
+    try:
+        angle_range(args.train_angles)
+    except ValueError as err:
+        parser.error(f'--train-angles: {err}')
+    if not all(math.isfinite(o) for o in args.test_rotations):
+        parser.error(f'--test-rotations must be finite, got '
+                     f'{args.test_rotations}')
     if args.batch > args.train:
         parser.error(f'--batch ({args.batch}) must not exceed --train '
                      f'({args.train})')
@@ -213,20 +297,28 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    from mmhgw.datasets.synthetic import make_arrangement_patches
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     size = (args.size, args.size)
-    data = []
-    for count, data_seed in ((args.train, 0), (args.test, 1)):
-        images, labels = make_arrangement_patches(count, size, data_seed)
-        data.append((as_tensor(images), torch.from_numpy(labels)))
+
+    def patches(count, data_seed, offset=0.0):
+        low, high = (a + offset for a in args.train_angles)
+        images, labels = make_arrangement_patches(count, size, data_seed,
+                                                  angles=(low, high))
+        return as_tensor(images), torch.from_numpy(labels)
+
+    data = [patches(args.train, 0), patches(args.test, 1)]
+    rotated = {
+        offset: patches(args.test, 1, offset)
+        for offset in dict.fromkeys(args.test_rotations) if offset != 0
+    }
     runs = []
     for seed in args.seeds:
         for variant in args.variants:
             run = train_probe(variant, seed, data, args.steps, args.batch,
-                              args.channels, args.types, args.layer_cfg)
+                              args.channels, args.types, args.layer_cfg,
+                              rotated)
             print(
                 f'{variant} seed {seed}: test accuracy '
                 f'{100 * run["test_accuracy"]:.2f}% ({run["seconds"]:.0f} '
@@ -238,6 +330,9 @@ def main(argv=None):
     print(report(runs, args.variants))
     print('\nWith BN statistics recomputed over the training patches:\n')
     print(report(runs, args.variants, 'test_accuracy_recomputed_bn'))
+    if rotated:
+        print('\nUnder rotation (as trained):\n')
+        print(rotation_report(runs, args.variants, list(rotated)))
 
 
 if __name__ == '__main__':
