@@ -76,6 +76,35 @@ def test_rotated_test_sets_are_scored_and_their_drops_paired(tmp_path, capsys):
     assert '| drop, hgw minus stock |' in text
 
 
+def test_pool_reports_runs_of_one_setting_and_refuses_two(tmp_path, capsys):
+
+    def write(name, seeds, **extra):
+        args = dict(dict(steps=2, test_rotations=[0, 90]), **extra)
+        args['seeds'] = seeds
+        runs = [
+            dict(variant=v, seed=s, test_accuracy=0.9, train_accuracy=1,
+                 test_accuracy_recomputed_bn=0.9, seconds=1,
+                 rotated_accuracy={'90': 0.5 + s / 10}) for s in seeds
+            for v in ('stock', 'hgw')
+        ]
+        (tmp_path / name).write_text(json.dumps(dict(args=args, runs=runs)))
+        return str(tmp_path / name)
+
+    a, b = write('a.json', [0, 1]), write('b.json', [2], threads=1)
+    main(['--pool', a, b])
+    text = capsys.readouterr().out
+    assert '| hgw | 90.00 ± 0.00 | 90.0, 90.0, 90.0 |' in text
+    assert '| drop, hgw minus stock |  | +0.00 [' in text
+    assert 'uniform' not in text.split('Under rotation')[1]
+    with pytest.raises(SystemExit, match=r"differ in \['steps'\]"):
+        main(['--pool', a, write('c.json', [3], steps=5)])
+    with pytest.raises(SystemExit, match='stock seed 1 is in both'):
+        main(['--pool', a, write('d.json', [1])])
+    (tmp_path / 'e.json').write_text('{"runs": []}')
+    with pytest.raises(SystemExit, match='e.json is not a run file'):
+        main(['--pool', a, str(tmp_path / 'e.json')])
+
+
 def test_rotation_report_pairs_the_drops_by_seed():
 
     def run(variant, seed, plain, turned):

@@ -28,6 +28,11 @@ offset and the paired differences of the drop from offset 0.
         [--test 2000] [--size 32] [--channels 64] [--types 16]
         [--layer-cfg key=value ...] [--train-angles 0 360]
         [--test-rotations 0 45 90] [--threads 1] [--json FILE]
+    python tools/analysis/arrangement_probe.py --pool A.json B.json
+
+``--pool`` reports the runs of earlier ``--json`` files together (seed
+ranges run in separate processes), without training; their settings must
+agree.
 
 ``--layer-cfg`` sets HGWCaps arguments (e.g. ``temperature=0.03``) for
 both capsule variants.
@@ -230,6 +235,56 @@ def rotation_report(runs, variants, offsets) -> str:
     return '\n'.join(lines)
 
 
+#: Options that may differ between the files of one pooled report.
+PER_PROCESS = ('seeds', 'variants', 'threads', 'json', 'pool')
+
+
+def pooled_runs(paths):
+    """The runs of several ``--json`` files and their shared settings, for
+    one report. Files whose settings differ (beyond :data:`PER_PROCESS`),
+    or that hold the same variant and seed twice, are refused: pooling
+    them would mix two experiments."""
+    runs, settings, seen = [], None, {}
+    for path in paths:
+        try:
+            with open(path) as f:
+                saved = json.load(f)
+            these = {
+                k: v
+                for k, v in saved['args'].items() if k not in PER_PROCESS
+            }
+            file_runs = saved['runs']
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f'--pool: {path} is not a run file of this '
+                             f'tool ({err})') from None
+        if settings is None:
+            settings, first = these, path
+        elif these != settings:
+            differ = sorted(k for k in set(these) | set(settings)
+                            if these.get(k) != settings.get(k))
+            raise ValueError(f'--pool: {path} and {first} differ in '
+                             f'{differ}; only runs of one setting pool')
+        for run in file_runs:
+            key = (run['variant'], run['seed'])
+            if key in seen:
+                raise ValueError(f'--pool: {key[0]} seed {key[1]} is in both '
+                                 f'{seen[key]} and {path}')
+            seen[key] = path
+            runs.append(run)
+    return runs, settings
+
+
+def print_reports(runs, variants, rotations):
+    """The reports of :func:`main`: as trained, with BN recomputed, and
+    under rotation when ``rotations`` holds non-zero offsets."""
+    print(report(runs, variants))
+    print('\nWith BN statistics recomputed over the training patches:\n')
+    print(report(runs, variants, 'test_accuracy_recomputed_bn'))
+    if any(o != 0 for o in rotations):
+        print('\nUnder rotation (as trained):\n')
+        print(rotation_report(runs, variants, rotations))
+
+
 def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -263,6 +318,10 @@ def parse_args(argv=None):
     parser.add_argument('--threads', type=int,
                         help='torch threads (default: torch\'s)')
     parser.add_argument('--json', help='also write the runs here')
+    parser.add_argument(
+        '--pool', nargs='+', metavar='JSON',
+        help='report the runs of these --json files together and train '
+        'nothing (every other option is then unused)')
     args = parser.parse_args(argv)
     for name in ('steps', 'batch', 'train', 'test', 'channels', 'types',
                  'threads'):
@@ -298,6 +357,15 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.pool:
+        try:
+            runs, settings = pooled_runs(args.pool)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
+        ran = {r['variant'] for r in runs}
+        print_reports(runs, [v for v in VARIANTS if v in ran],
+                      dict.fromkeys(settings.get('test_rotations', [0])))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     size = (args.size, args.size)
@@ -327,12 +395,7 @@ def main(argv=None):
             if args.json:  # after every run: nothing lost if stopped
                 with open(args.json, 'w') as f:
                     json.dump(dict(args=vars(args), runs=runs), f, indent=1)
-    print(report(runs, args.variants))
-    print('\nWith BN statistics recomputed over the training patches:\n')
-    print(report(runs, args.variants, 'test_accuracy_recomputed_bn'))
-    if rotated:
-        print('\nUnder rotation (as trained):\n')
-        print(rotation_report(runs, args.variants, list(rotated)))
+    print_reports(runs, args.variants, list(rotated))
 
 
 if __name__ == '__main__':
