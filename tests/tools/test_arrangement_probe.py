@@ -91,7 +91,8 @@ def test_pool_reports_runs_of_one_setting_and_refuses_two(tmp_path, capsys):
         return str(tmp_path / name)
 
     a, b = write('a.json', [0, 1]), write('b.json', [2], threads=1)
-    main(['--pool', a, b])
+    main(['--pool', a, b, '--image', str(tmp_path / 'rot.png')])
+    assert (tmp_path / 'rot.png').stat().st_size > 0
     text = capsys.readouterr().out
     assert '| hgw | 90.00 ± 0.00 | 90.0, 90.0, 90.0 |' in text
     assert '| drop, hgw minus stock |  | +0.00 [' in text

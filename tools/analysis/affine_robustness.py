@@ -35,6 +35,7 @@ import os.path as osp
 import statistics
 
 from mmhgw.analysis.paired import fmt_interval
+from mmhgw.analysis.plots import plot_sweep
 from mmhgw.config_utils import add_model_args, check_model_args
 
 #: Sweep name -> (the AffineWarp argument it sets, the value that leaves
@@ -230,29 +231,6 @@ def table(results: dict, name: str, metric: str, reference: str) -> str:
     return '\n'.join(lines)
 
 
-def plot(stats: dict, name: str, metric: str, path: str):
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    for label, per_value in stats.items():
-        xs = [float(v) for v in per_value]
-        means = [s['mean'] for s in per_value.values()]
-        stds = [s['std'] for s in per_value.values()]
-        ax.plot(xs, means, marker='o', label=label)
-        ax.fill_between(xs, [m - s for m, s in zip(means, stds)],
-                        [m + s for m, s in zip(means, stds)], alpha=0.2)
-    unit = '' if name == 'scale' else ' (degrees)'
-    ax.set_xlabel(f'{name}{unit}')
-    ax.set_ylabel(metric)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_model_args(parser, required=False)
@@ -323,7 +301,9 @@ def main(argv=None):
     for metric, text in tables.items():
         print(f'\n{metric} ({name}):\n{text}')
     if args.image:
-        plot(summary(results[metrics[0]]), name, metrics[0], args.image)
+        unit = '' if name == 'scale' else ' (degrees)'
+        plot_sweep(summary(results[metrics[0]]), f'{name}{unit}', metrics[0],
+                   args.image)
     print(f'written to {args.out}' +
           (f' and {args.image}' if args.image else ''))
 

@@ -27,8 +27,9 @@ offset and the paired differences of the drop from offset 0.
         [--seeds 0 1 2 3 4] [--steps 1000] [--batch 32] [--train 4000]
         [--test 2000] [--size 32] [--channels 64] [--types 16]
         [--layer-cfg key=value ...] [--train-angles 0 360]
-        [--test-rotations 0 45 90] [--threads 1] [--json FILE]
+        [--test-rotations 0 45 90] [--image FILE] [--threads 1] [--json FILE]
     python tools/analysis/arrangement_probe.py --pool A.json B.json
+        [--image FILE]
 
 ``--pool`` reports the runs of earlier ``--json`` files together (seed
 ranges run in separate processes), without training; their settings must
@@ -186,6 +187,34 @@ def offset_key(offset: float) -> str:
     return f'{offset:g}'
 
 
+def rotated_accuracy(run: dict, offset: float) -> float:
+    """A run's test accuracy (%) with the objects turned by ``offset``
+    degrees more (0: the plain test set)."""
+    if offset == 0:
+        return 100 * run['test_accuracy']
+    return 100 * run['rotated_accuracy'][offset_key(offset)]
+
+
+def plot_rotation(runs, variants, offsets, path: str):
+    """Chart of test accuracy against the rotation offset, one line per
+    variant (mean and one std over seeds), as trained."""
+    from mmhgw.analysis.plots import plot_sweep
+    offsets = [0] + [o for o in offsets if o != 0]
+    stats = {}
+    for v in variants:
+        mine = [r for r in runs if r['variant'] == v]
+        if not mine:
+            continue
+        stats[v] = {}
+        for o in offsets:
+            values = [rotated_accuracy(r, o) for r in mine]
+            stats[v][o] = dict(
+                mean=statistics.fmean(values),
+                std=statistics.stdev(values) if len(values) > 1 else 0.0)
+    plot_sweep(stats, 'rotation added to the training angles (degrees)',
+               'test accuracy (%)', path)
+
+
 def rotation_report(runs, variants, offsets) -> str:
     """Markdown: test accuracy per variant at each rotation offset (degrees;
     offset 0 is the plain test set) and over the non-zero offsets, mean ±
@@ -193,11 +222,7 @@ def rotation_report(runs, variants, offsets) -> str:
     their drops from offset 0 (``acc(0) - acc(r)``, seed by seed): below
     zero, the first variant loses less to the rotation."""
     offsets = [o for o in offsets if o != 0]
-
-    def acc(run, offset):
-        if offset == 0:
-            return 100 * run['test_accuracy']
-        return 100 * run['rotated_accuracy'][offset_key(offset)]
+    acc = rotated_accuracy
 
     def turned(run):  # the mean over the non-zero offsets
         return statistics.fmean(acc(run, o) for o in offsets)
@@ -236,7 +261,7 @@ def rotation_report(runs, variants, offsets) -> str:
 
 
 #: Options that may differ between the files of one pooled report.
-PER_PROCESS = ('seeds', 'variants', 'threads', 'json', 'pool')
+PER_PROCESS = ('seeds', 'variants', 'threads', 'json', 'pool', 'image')
 
 
 def pooled_runs(paths):
@@ -274,15 +299,18 @@ def pooled_runs(paths):
     return runs, settings
 
 
-def print_reports(runs, variants, rotations):
+def print_reports(runs, variants, rotations, image=None):
     """The reports of :func:`main`: as trained, with BN recomputed, and
-    under rotation when ``rotations`` holds non-zero offsets."""
+    under rotation when ``rotations`` holds non-zero offsets (charted to
+    ``image`` if given)."""
     print(report(runs, variants))
     print('\nWith BN statistics recomputed over the training patches:\n')
     print(report(runs, variants, 'test_accuracy_recomputed_bn'))
     if any(o != 0 for o in rotations):
         print('\nUnder rotation (as trained):\n')
         print(rotation_report(runs, variants, rotations))
+        if image:
+            plot_rotation(runs, variants, rotations, image)
 
 
 def parse_args(argv=None):
@@ -318,6 +346,9 @@ def parse_args(argv=None):
     parser.add_argument('--threads', type=int,
                         help='torch threads (default: torch\'s)')
     parser.add_argument('--json', help='also write the runs here')
+    parser.add_argument(
+        '--image', help='chart of accuracy against the rotation offset '
+        '(PNG), with --test-rotations')
     parser.add_argument(
         '--pool', nargs='+', metavar='JSON',
         help='report the runs of these --json files together and train '
@@ -364,7 +395,8 @@ def main(argv=None):
             raise SystemExit(str(err)) from None
         ran = {r['variant'] for r in runs}
         print_reports(runs, [v for v in VARIANTS if v in ran],
-                      dict.fromkeys(settings.get('test_rotations', [0])))
+                      list(dict.fromkeys(settings.get('test_rotations', [0]))),
+                      args.image)
         return
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -395,7 +427,7 @@ def main(argv=None):
             if args.json:  # after every run: nothing lost if stopped
                 with open(args.json, 'w') as f:
                     json.dump(dict(args=vars(args), runs=runs), f, indent=1)
-    print_reports(runs, args.variants, list(rotated))
+    print_reports(runs, args.variants, list(rotated), args.image)
 
 
 if __name__ == '__main__':
