@@ -101,6 +101,12 @@ def test_pool_reports_runs_of_one_setting_and_refuses_two(tmp_path, capsys):
         main(['--pool', a, write('c.json', [3], steps=5)])
     with pytest.raises(SystemExit, match='stock seed 1 is in both'):
         main(['--pool', a, write('d.json', [1])])
+    with pytest.raises(SystemExit, match='not tested under rotation'):
+        main([
+            '--pool',
+            write('f.json', [5], test_rotations=[0]), '--image',
+            str(tmp_path / 'none.png')
+        ])
     (tmp_path / 'e.json').write_text('{"runs": []}')
     with pytest.raises(SystemExit, match='e.json is not a run file'):
         main(['--pool', a, str(tmp_path / 'e.json')])
@@ -133,6 +139,7 @@ def test_rotation_report_pairs_the_drops_by_seed():
     (['--batch', '9'], '--batch (9) must not exceed --train (8)'),
     (['--train-angles', '10', '0'], '--train-angles: angles must be finite'),
     (['--test-rotations', 'inf'], '--test-rotations must be finite'),
+    (['--image', 'x.png'], '--image charts accuracy against the rotation'),
 ])
 def test_bad_arguments_name_themselves(args, message, capsys):
     with pytest.raises(SystemExit) as err:

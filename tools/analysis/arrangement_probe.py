@@ -377,6 +377,9 @@ def parse_args(argv=None):
         angle_range(args.train_angles)
     except ValueError as err:
         parser.error(f'--train-angles: {err}')
+    if args.image and not args.pool and not any(args.test_rotations):
+        parser.error('--image charts accuracy against the rotation: it '
+                     'needs --test-rotations with a non-zero offset')
     if not all(math.isfinite(o) for o in args.test_rotations):
         parser.error(f'--test-rotations must be finite, got '
                      f'{args.test_rotations}')
@@ -394,6 +397,9 @@ def main(argv=None):
         except ValueError as err:
             raise SystemExit(str(err)) from None
         ran = {r['variant'] for r in runs}
+        if args.image and not any(settings.get('test_rotations', [0])):
+            raise SystemExit('--image: the pooled runs were not tested '
+                             'under rotation (no --test-rotations)')
         print_reports(runs, [v for v in VARIANTS if v in ran],
                       list(dict.fromkeys(settings.get('test_rotations', [0]))),
                       args.image)
