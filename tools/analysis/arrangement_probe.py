@@ -187,7 +187,7 @@ def offset_key(offset: float) -> str:
     return f'{offset:g}'
 
 
-def rotated_accuracy(run: dict, offset: float) -> float:
+def accuracy_at(run: dict, offset: float) -> float:
     """A run's test accuracy (%) with the objects turned by ``offset``
     degrees more (0: the plain test set)."""
     if offset == 0:
@@ -207,7 +207,7 @@ def plot_rotation(runs, variants, offsets, path: str):
             continue
         stats[v] = {}
         for o in offsets:
-            values = [rotated_accuracy(r, o) for r in mine]
+            values = [accuracy_at(r, o) for r in mine]
             stats[v][o] = dict(
                 mean=statistics.fmean(values),
                 std=statistics.stdev(values) if len(values) > 1 else 0.0)
@@ -222,12 +222,12 @@ def rotation_report(runs, variants, offsets) -> str:
     their drops from offset 0 (``acc(0) - acc(r)``, seed by seed): below
     zero, the first variant loses less to the rotation."""
     offsets = [o for o in offsets if o != 0]
-    acc = rotated_accuracy
 
     def turned(run):  # the mean over the non-zero offsets
-        return statistics.fmean(acc(run, o) for o in offsets)
+        return statistics.fmean(accuracy_at(run, o) for o in offsets)
 
-    columns = [(f'{o:g}°', lambda r, o=o: acc(r, o)) for o in [0] + offsets]
+    columns = [(f'{o:g}°', lambda r, o=o: accuracy_at(r, o))
+               for o in [0] + offsets]
     columns.append(('mean of the turned', turned))
     by = {
         v: {r['seed']: r
@@ -253,8 +253,9 @@ def rotation_report(runs, variants, offsets) -> str:
             continue
         cells = ['']  # no drop at offset 0
         for _, value in columns[1:]:
-            drops = [(acc(by[a][s], 0) - value(by[a][s])) -
-                     (acc(by[b][s], 0) - value(by[b][s])) for s in seeds]
+            drops = [(accuracy_at(by[a][s], 0) - value(by[a][s])) -
+                     (accuracy_at(by[b][s], 0) - value(by[b][s]))
+                     for s in seeds]
             cells.append(fmt_interval(drops))
         lines.append(f'| drop, {a} minus {b} | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
@@ -352,7 +353,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--pool', nargs='+', metavar='JSON',
         help='report the runs of these --json files together and train '
-        'nothing (every other option is then unused)')
+        'nothing (every other option but --image is then unused)')
     args = parser.parse_args(argv)
     for name in ('steps', 'batch', 'train', 'test', 'channels', 'types',
                  'threads'):
