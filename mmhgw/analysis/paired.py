@@ -6,6 +6,17 @@ import os.path as osp
 import statistics
 
 
+def mean_std(values):
+    """``(mean, std)`` of ``values``: the sample standard deviation, 0 for
+    one value; ``(None, None)`` for none. ``None`` entries (a metric a run
+    did not give) are left out."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.fmean(values), std
+
+
 def confidence_interval(values, level=0.95):
     """Student-t interval ``(low, high)`` of the mean of ``values`` (paired
     differences: one value per seed); None with fewer than two values."""

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 
-from mmhgw.analysis.paired import fmt_interval
+from mmhgw.analysis.paired import fmt_interval, mean_std
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -379,14 +379,6 @@ def test_config(cfg, task: dict, work: str) -> str:
     path = osp.join(work, 'test_config.py')
     cfg.dump(path)
     return path
-
-
-def mean_std(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None, None
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return statistics.fmean(values), std
 
 
 def paired_differences(runs, reference_runs, metric):

@@ -34,7 +34,7 @@ import os
 import os.path as osp
 import statistics
 
-from mmhgw.analysis.paired import fmt_interval
+from mmhgw.analysis.paired import fmt_interval, mean_std
 from mmhgw.analysis.plots import plot_sweep
 from mmhgw.config_utils import add_model_args, check_model_args
 
@@ -102,9 +102,8 @@ def summary(results: dict) -> dict:
     for label, per_value in results.items():
         out[label] = {}
         for value, runs in per_value.items():
-            std = statistics.stdev(runs) if len(runs) > 1 else 0.0
-            out[label][value] = dict(mean=statistics.fmean(runs), std=std,
-                                     runs=runs)
+            mean, std = mean_std(runs)
+            out[label][value] = dict(mean=mean, std=std, runs=runs)
     return out
 
 
@@ -211,9 +210,8 @@ def table(results: dict, name: str, metric: str, reference: str) -> str:
         cells = [label, '/'.join(str(c) for c in counts)]
         for v in values:
             runs = per_value.get(v)
-            std = statistics.stdev(runs) if runs and len(runs) > 1 else 0.0
-            cells.append(
-                f'{statistics.fmean(runs):.2f} ± {std:.2f}' if runs else '')
+            mean, std = mean_std(runs or [])
+            cells.append(f'{mean:.2f} ± {std:.2f}' if runs else '')
         if identity is not None:
             for v in others:
                 diffs = change(label, v)

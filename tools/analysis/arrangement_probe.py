@@ -50,7 +50,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from mmhgw.analysis.paired import fmt_interval
+from mmhgw.analysis.paired import fmt_interval, mean_std
 from mmhgw.datasets.synthetic import angle_range, make_arrangement_patches
 
 VARIANTS = ('stock', 'hgw', 'uniform')
@@ -165,12 +165,12 @@ def report(runs, variants, key='test_accuracy') -> str:
         acc = [100 * r[key] for r in by[v].values()]
         if not acc:
             continue
-        std = statistics.stdev(acc) if len(acc) > 1 else 0.0
+        mean, std = mean_std(acc)
         train = statistics.fmean(100 * r['train_accuracy']
                                  for r in by[v].values())
         sec = statistics.fmean(r['seconds'] for r in by[v].values())
         per = ', '.join(f'{a:.1f}' for a in acc)
-        lines.append(f'| {v} | {statistics.fmean(acc):.2f} ± {std:.2f} | '
+        lines.append(f'| {v} | {mean:.2f} ± {std:.2f} | '
                      f'{per} | {train:.1f} | {sec:.0f} |')
     for a, b in (('hgw', 'uniform'), ('hgw', 'stock'), ('uniform', 'stock')):
         seeds = sorted(set(by.get(a, {})) & set(by.get(b, {})))
@@ -207,10 +207,8 @@ def plot_rotation(runs, variants, offsets, path: str):
             continue
         stats[v] = {}
         for o in offsets:
-            values = [accuracy_at(r, o) for r in mine]
-            stats[v][o] = dict(
-                mean=statistics.fmean(values),
-                std=statistics.stdev(values) if len(values) > 1 else 0.0)
+            mean, std = mean_std([accuracy_at(r, o) for r in mine])
+            stats[v][o] = dict(mean=mean, std=std)
     plot_sweep(stats, 'rotation added to the training angles (degrees)',
                'test accuracy (%)', path)
 
@@ -243,9 +241,8 @@ def rotation_report(runs, variants, offsets) -> str:
             continue
         cells = []
         for _, value in columns:
-            values = [value(r) for r in by[v].values()]
-            std = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f'{statistics.fmean(values):.1f} ± {std:.1f}')
+            mean, std = mean_std([value(r) for r in by[v].values()])
+            cells.append(f'{mean:.1f} ± {std:.1f}')
         lines.append(f'| {v} | ' + ' | '.join(cells) + ' |')
     for a, b in (('hgw', 'uniform'), ('hgw', 'stock'), ('uniform', 'stock')):
         seeds = sorted(set(by.get(a, {})) & set(by.get(b, {})))
