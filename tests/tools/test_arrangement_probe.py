@@ -31,6 +31,23 @@ def test_the_layer_under_test_gets_the_task_gradient(variant):
     assert weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize('count', [2, 3])
+def test_capsule_layers_replace_the_last_convolutions(count):
+    cfg = dict(channels=8, types=4, layer_cfg=dict(num_parts=2, part_dim=2))
+    stock = probe_network('stock', capsule_layers=count, **cfg)
+    model = probe_network('hgw', capsule_layers=count, **cfg)
+    under_test = [3, 6, 9][3 - count:]
+    for index in (0, 3, 6, 9):
+        kind = type(model[index]).__name__
+        assert kind == ('HGWCaps' if index in under_test else 'Conv2d')
+        assert type(stock[index]).__name__ == 'Conv2d'
+    x = torch.randn(2, 3, 16, 16)
+    assert model[:12](x).shape == stock[:12](x).shape == (2, 8, 4, 4)
+    model(x).sum().backward()
+    for index in under_test:
+        assert model[index].embed.weight.grad.abs().sum() > 0
+
+
 def test_runs_are_written_and_paired(tmp_path, capsys):
     out = tmp_path / 'probe.json'
     main(SMALL + ['--seeds', '0', '1', '--json', str(out)])
@@ -107,6 +124,10 @@ def test_pool_reports_runs_of_one_setting_and_refuses_two(tmp_path, capsys):
             write('f.json', [5], test_rotations=[0]), '--image',
             str(tmp_path / 'none.png')
         ])
+    # A file from before --capsule-layers existed counts as its default.
+    main(['--pool', a, write('g.json', [6], capsule_layers=1)])
+    with pytest.raises(SystemExit, match=r"differ in \['capsule_layers'\]"):
+        main(['--pool', a, write('h.json', [7], capsule_layers=2)])
     (tmp_path / 'e.json').write_text('{"runs": []}')
     with pytest.raises(SystemExit, match='e.json is not a run file'):
         main(['--pool', a, str(tmp_path / 'e.json')])
@@ -140,6 +161,9 @@ def test_rotation_report_pairs_the_drops_by_seed():
     (['--train-angles', '10', '0'], '--train-angles: angles must be finite'),
     (['--test-rotations', 'inf'], '--test-rotations must be finite'),
     (['--image', 'x.png'], '--image charts accuracy against the rotation'),
+    (['--capsule-layers', '4'], '--capsule-layers must be 1 to 3, got 4'),
+    (['--capsule-layers', '3', '--types', '8'
+      ], '--types (8) must divide half of --channels (4)'),
 ])
 def test_bad_arguments_name_themselves(args, message, capsys):
     with pytest.raises(SystemExit) as err:

@@ -9,7 +9,11 @@ then the layer under test, BN, ReLU, global mean pooling and a linear
 classifier. The layer under test is a stock 3x3 convolution (``stock``) or an
 HGWCaps layer of as many channels, routing by the HGW plan (``hgw``) or by
 the uniform plan ``p q^T`` (``uniform``), with its regulariser E and beta
-ramped as in training (HGWBetaWarmupHook's schedule). Every variant sees the
+ramped as in training (HGWBetaWarmupHook's schedule). With
+``--capsule-layers 2`` or ``3`` the capsule variants also route the third,
+and the second, 3x3 layer (a capsule network after one or two
+convolutions, as the paper's classifiers are); ``stock`` is unchanged.
+Every variant sees the
 same training patches (data seed 0) and test patches (data seed 1); the
 seed sets the initialisation and the batch order. The report: test
 accuracy per variant (mean, std, per seed) and the paired differences with
@@ -26,7 +30,8 @@ offset and the paired differences of the drop from offset 0.
     python tools/analysis/arrangement_probe.py [--variants stock hgw uniform]
         [--seeds 0 1 2 3 4] [--steps 1000] [--batch 32] [--train 4000]
         [--test 2000] [--size 32] [--channels 64] [--types 16]
-        [--layer-cfg key=value ...] [--train-angles 0 360]
+        [--layer-cfg key=value ...] [--capsule-layers 1]
+        [--train-angles 0 360]
         [--test-rotations 0 45 90] [--image FILE] [--threads 1] [--json FILE]
     python tools/analysis/arrangement_probe.py --pool A.json B.json
         [--image FILE]
@@ -57,29 +62,46 @@ VARIANTS = ('stock', 'hgw', 'uniform')
 #: Iterations of the beta ramp, as a share of the steps.
 WARMUP_SHARE = 0.25
 
+#: The probe's 3x3 layers: (in channels, out channels, stride), with
+#: ``c`` the width; each is followed by BN and ReLU.
+LAYERS = ((3, 0.5, 1), (0.5, 1, 2), (1, 1, 2), (1, 1, 1))
+
 
 def probe_network(variant: str, channels: int = 64, types: int = 16,
-                  layer_cfg: dict = None) -> nn.Sequential:
-    """The probe classifier with ``variant``'s layer under test."""
+                  layer_cfg: dict = None,
+                  capsule_layers: int = 1) -> nn.Sequential:
+    """The probe classifier: four 3x3 layers (32x32 patches to 8x8 maps),
+    global pooling and a linear head. For the capsule variants the last
+    ``capsule_layers`` of them (1 to 3: the first always sees the pixels)
+    are HGWCaps layers routed by ``variant``; ``stock`` keeps convolutions
+    throughout."""
+    if not 1 <= capsule_layers < len(LAYERS):
+        raise ValueError(f'capsule_layers must be 1 to {len(LAYERS) - 1}, '
+                         f'got {capsule_layers}')
 
-    def block(cin, cout, stride):
-        return [
-            nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
-            nn.BatchNorm2d(cout),
+    def layer(index):
+        cin, cout, stride = LAYERS[index]
+        cin = cin if index == 0 else int(cin * channels)
+        cout = int(cout * channels)
+        if variant == 'stock' or index < len(LAYERS) - capsule_layers:
+            return nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        from mmhgw.models import HGWCaps
+        return HGWCaps(cin, cout, 3, stride, padding=1, in_types=types,
+                       out_types=types, routing=variant, **(layer_cfg or {}))
+
+    # The last layer is drawn first, then the others in order: a seed
+    # gives the initial weights it gave before the count was a knob, so the
+    # recorded screens replay.
+    last = len(LAYERS) - 1
+    layers = {index: layer(index) for index in (last, *range(last))}
+    modules = []
+    for index in range(len(LAYERS)):
+        modules += [
+            layers[index],
+            nn.BatchNorm2d(layers[index].out_channels),
             nn.ReLU(inplace=True)
         ]
-
-    if variant == 'stock':
-        layer = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-    else:
-        from mmhgw.models import HGWCaps
-        layer = HGWCaps(channels, channels, 3, padding=1, in_types=types,
-                        out_types=types, routing=variant, **(layer_cfg or {}))
-    return nn.Sequential(*block(3, channels // 2, 1),
-                         *block(channels // 2, channels, 2),
-                         *block(channels, channels, 2), layer,
-                         nn.BatchNorm2d(channels), nn.ReLU(inplace=True),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+    return nn.Sequential(*modules, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                          nn.Linear(channels, 2))
 
 
@@ -98,16 +120,17 @@ def accuracy(model, x, y, batch=256) -> float:
     return float(hits) / len(x)
 
 
-def train_probe(variant, seed, data, steps, batch, channels, types, layer_cfg,
+def train_probe(variant, seed, data, steps, batch, network: dict,
                 rotated=None) -> dict:
-    """Train one probe; its test accuracy (also with its BN statistics
+    """Train one probe (``network``: :func:`probe_network`'s arguments
+    but the variant); its test accuracy (also with its BN statistics
     recomputed over the training patches, ``recompute_bn_statistics``),
     last losses and seconds; with ``rotated`` (``{offset: (x, y)}``, the
     test set turned by each offset), ``rotated_accuracy`` per offset."""
     from mmhgw.engine.hooks import HGWBetaWarmupHook, recompute_bn_statistics
     (x_train, y_train), (x_test, y_test) = data
     torch.manual_seed(seed)
-    model = probe_network(variant, channels, types, layer_cfg)
+    model = probe_network(variant, **network)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     ramp = HGWBetaWarmupHook(warmup_iters=int(steps * WARMUP_SHARE),
                              log_stats=False)
@@ -262,11 +285,12 @@ def rotation_report(runs, variants, offsets) -> str:
 PER_PROCESS = ('seeds', 'variants', 'threads', 'json', 'pool', 'image')
 
 
-def pooled_runs(paths):
+def pooled_runs(paths, defaults=None):
     """The runs of several ``--json`` files and their shared settings, for
-    one report. Files whose settings differ (beyond :data:`PER_PROCESS`),
-    or that hold the same variant and seed twice, are refused: pooling
-    them would mix two experiments."""
+    one report; an option a file does not record (written before the option
+    existed) counts as its value in ``defaults``. Files whose settings
+    differ (beyond :data:`PER_PROCESS`), or that hold the same variant and
+    seed twice, are refused: pooling them would mix two experiments."""
     runs, settings, seen = [], None, {}
     for path in paths:
         try:
@@ -274,7 +298,8 @@ def pooled_runs(paths):
                 saved = json.load(f)
             these = {
                 k: v
-                for k, v in saved['args'].items() if k not in PER_PROCESS
+                for k, v in {**(defaults or {}), **saved['args']}.items()
+                if k not in PER_PROCESS
             }
             file_runs = saved['runs']
         except (OSError, ValueError, KeyError, TypeError) as err:
@@ -311,6 +336,12 @@ def print_reports(runs, variants, rotations, image=None):
             plot_rotation(runs, variants, rotations, image)
 
 
+def network_args(args) -> dict:
+    """:func:`probe_network`'s arguments from the command line's."""
+    return dict(channels=args.channels, types=args.types,
+                layer_cfg=args.layer_cfg, capsule_layers=args.capsule_layers)
+
+
 def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -331,6 +362,10 @@ def parse_args(argv=None):
         "layer; it must divide --channels")
     parser.add_argument('--layer-cfg', nargs='+', action=DictAction,
                         default={}, help='HGWCaps arguments, key=value')
+    parser.add_argument(
+        '--capsule-layers', type=int, default=1,
+        help='how many of the last 3x3 layers are capsule layers in the '
+        'capsule variants (1 to 3; the first layer stays a convolution)')
     parser.add_argument(
         '--train-angles', nargs=2, type=float, default=[0.0, 360.0],
         metavar=('LOW', 'HIGH'),
@@ -363,12 +398,20 @@ def parse_args(argv=None):
     if args.channels % args.types or args.channels % 2:
         parser.error(f'--types ({args.types}) must divide --channels '
                      f'({args.channels}), an even number')
+    if not 1 <= args.capsule_layers <= 3:
+        parser.error(f'--capsule-layers must be 1 to 3, got '
+                     f'{args.capsule_layers}')
+    if args.capsule_layers == 3 and (args.channels // 2) % args.types:
+        parser.error(f'--types ({args.types}) must divide half of '
+                     f'--channels ({args.channels // 2}): with '
+                     f'--capsule-layers 3 the second layer is a capsule '
+                     f'layer')
     fixed = {'routing', 'in_types', 'out_types'} & set(args.layer_cfg)
     if fixed:
         parser.error(f'--layer-cfg cannot set {sorted(fixed)}: the variant '
                      f'and --types set them')
     try:  # HGWCaps checks its arguments when it is built
-        probe_network('hgw', args.channels, args.types, args.layer_cfg)
+        probe_network('hgw', **network_args(args))
     except (TypeError, ValueError) as err:
         parser.error(f'--layer-cfg: {err}')
     try:
@@ -391,7 +434,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.pool:
         try:
-            runs, settings = pooled_runs(args.pool)
+            runs, settings = pooled_runs(args.pool, vars(parse_args([])))
         except ValueError as err:
             raise SystemExit(str(err)) from None
         ran = {r['variant'] for r in runs}
@@ -421,8 +464,7 @@ def main(argv=None):
     for seed in args.seeds:
         for variant in args.variants:
             run = train_probe(variant, seed, data, args.steps, args.batch,
-                              args.channels, args.types, args.layer_cfg,
-                              rotated)
+                              network_args(args), rotated)
             print(
                 f'{variant} seed {seed}: test accuracy '
                 f'{100 * run["test_accuracy"]:.2f}% ({run["seconds"]:.0f} '
