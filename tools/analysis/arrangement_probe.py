@@ -13,11 +13,10 @@ ramped as in training (HGWBetaWarmupHook's schedule). With
 ``--capsule-layers 2`` or ``3`` the capsule variants also route the third,
 and the second, 3x3 layer (a capsule network after one or two
 convolutions, as the paper's classifiers are); ``stock`` is unchanged.
-Every variant sees the
-same training patches (data seed 0) and test patches (data seed 1); the
-seed sets the initialisation and the batch order. The report: test
-accuracy per variant (mean, std, per seed) and the paired differences with
-their 95% interval (:mod:`mmhgw.analysis.paired`), as trained and with the
+Every variant sees the same training patches (data seed 0) and test patches
+(data seed 1); the seed sets the initialisation and the batch order. The
+report: test accuracy per variant (mean, std, per seed) and the paired
+differences with their 95% interval (:mod:`mmhgw.analysis.paired`), as trained and with the
 BN running statistics recomputed as plain averages over the training
 patches under the final weights.
 
@@ -62,9 +61,10 @@ VARIANTS = ('stock', 'hgw', 'uniform')
 #: Iterations of the beta ramp, as a share of the steps.
 WARMUP_SHARE = 0.25
 
-#: The probe's 3x3 layers: (in channels, out channels, stride), with
-#: ``c`` the width; each is followed by BN and ReLU.
-LAYERS = ((3, 0.5, 1), (0.5, 1, 2), (1, 1, 2), (1, 1, 1))
+#: Strides of the probe's four 3x3 layers (each followed by BN and ReLU).
+STRIDES = (1, 2, 2, 1)
+#: The most capsule layers: all but the first, which sees the pixels.
+MAX_CAPSULE_LAYERS = len(STRIDES) - 1
 
 
 def probe_network(variant: str, channels: int = 64, types: int = 16,
@@ -75,15 +75,14 @@ def probe_network(variant: str, channels: int = 64, types: int = 16,
     ``capsule_layers`` of them (1 to 3: the first always sees the pixels)
     are HGWCaps layers routed by ``variant``; ``stock`` keeps convolutions
     throughout."""
-    if not 1 <= capsule_layers < len(LAYERS):
-        raise ValueError(f'capsule_layers must be 1 to {len(LAYERS) - 1}, '
+    if not 1 <= capsule_layers <= MAX_CAPSULE_LAYERS:
+        raise ValueError(f'capsule_layers must be 1 to {MAX_CAPSULE_LAYERS}, '
                          f'got {capsule_layers}')
+    widths = (3, channels // 2, channels, channels, channels)
 
     def layer(index):
-        cin, cout, stride = LAYERS[index]
-        cin = cin if index == 0 else int(cin * channels)
-        cout = int(cout * channels)
-        if variant == 'stock' or index < len(LAYERS) - capsule_layers:
+        cin, cout, stride = widths[index], widths[index + 1], STRIDES[index]
+        if variant == 'stock' or index < len(STRIDES) - capsule_layers:
             return nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
         from mmhgw.models import HGWCaps
         return HGWCaps(cin, cout, 3, stride, padding=1, in_types=types,
@@ -92,10 +91,10 @@ def probe_network(variant: str, channels: int = 64, types: int = 16,
     # The last layer is drawn first, then the others in order: a seed
     # gives the initial weights it gave before the count was a knob, so the
     # recorded screens replay.
-    last = len(LAYERS) - 1
+    last = len(STRIDES) - 1
     layers = {index: layer(index) for index in (last, *range(last))}
     modules = []
-    for index in range(len(LAYERS)):
+    for index in range(len(STRIDES)):
         modules += [
             layers[index],
             nn.BatchNorm2d(layers[index].out_channels),
@@ -342,7 +341,7 @@ def network_args(args) -> dict:
                 layer_cfg=args.layer_cfg, capsule_layers=args.capsule_layers)
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--variants', nargs='+', default=list(VARIANTS),
@@ -386,6 +385,11 @@ def parse_args(argv=None):
         '--pool', nargs='+', metavar='JSON',
         help='report the runs of these --json files together and train '
         'nothing (every other option but --image is then unused)')
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     for name in ('steps', 'batch', 'train', 'test', 'channels', 'types',
                  'threads'):
@@ -398,14 +402,15 @@ def parse_args(argv=None):
     if args.channels % args.types or args.channels % 2:
         parser.error(f'--types ({args.types}) must divide --channels '
                      f'({args.channels}), an even number')
-    if not 1 <= args.capsule_layers <= 3:
-        parser.error(f'--capsule-layers must be 1 to 3, got '
-                     f'{args.capsule_layers}')
-    if args.capsule_layers == 3 and (args.channels // 2) % args.types:
+    if not 1 <= args.capsule_layers <= MAX_CAPSULE_LAYERS:
+        parser.error(f'--capsule-layers must be 1 to {MAX_CAPSULE_LAYERS}, '
+                     f'got {args.capsule_layers}')
+    if (args.capsule_layers == MAX_CAPSULE_LAYERS
+            and (args.channels // 2) % args.types):
         parser.error(f'--types ({args.types}) must divide half of '
                      f'--channels ({args.channels // 2}): with '
-                     f'--capsule-layers 3 the second layer is a capsule '
-                     f'layer')
+                     f'--capsule-layers {MAX_CAPSULE_LAYERS} the second '
+                     f'layer is a capsule layer')
     fixed = {'routing', 'in_types', 'out_types'} & set(args.layer_cfg)
     if fixed:
         parser.error(f'--layer-cfg cannot set {sorted(fixed)}: the variant '
@@ -434,7 +439,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.pool:
         try:
-            runs, settings = pooled_runs(args.pool, vars(parse_args([])))
+            runs, settings = pooled_runs(args.pool,
+                                         vars(build_parser().parse_args([])))
         except ValueError as err:
             raise SystemExit(str(err)) from None
         ran = {r['variant'] for r in runs}
