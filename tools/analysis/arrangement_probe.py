@@ -16,9 +16,9 @@ convolutions, as the paper's classifiers are); ``stock`` is unchanged.
 Every variant sees the same training patches (data seed 0) and test patches
 (data seed 1); the seed sets the initialisation and the batch order. The
 report: test accuracy per variant (mean, std, per seed) and the paired
-differences with their 95% interval (:mod:`mmhgw.analysis.paired`), as trained and with the
-BN running statistics recomputed as plain averages over the training
-patches under the final weights.
+differences with their 95% interval (:mod:`mmhgw.analysis.paired`), as
+trained and with the BN running statistics recomputed as plain averages
+over the training patches under the final weights.
 
 Rotation (the paper's robustness claim): ``--train-angles`` narrows the
 objects' rotation in training (and in the test set) to a range, and
