@@ -254,21 +254,24 @@ class HGWCaps(BaseModule):
 
     def _routing_terms(
             self, X_p: Tensor, obs_p: Optional[Tensor], want_reg: bool,
-            X_reg: Optional[Tensor] = None
-    ) -> Tuple[GWFactors, Optional[Tensor]]:
+            recompute: bool = False) -> Tuple[GWFactors, Optional[Tensor]]:
         """The factors and the regulariser E (None unless ``want_reg``) of
-        the components X_p [B, L, V_p, d]."""
+        the components X_p [B, L, V_p, d]; with ``recompute``, formed again
+        in backward rather than kept."""
+        if recompute:
+            # The composition's [B, L, V_p, V_p] intermediates (about ten
+            # per layer) are cheap to recompute in backward: keep only X_p,
+            # as the C++ kernels do.
+            return checkpoint(self._routing_terms, X_p, obs_p, want_reg,
+                              use_reentrant=False)
         beta = self.beta.to(X_p.dtype)
         if not want_reg:
             return layer_factors(X_p, self.subcapsules, beta, obs_p,
                                  self.use_observed, self.observed,
                                  self.backend), None
-        if X_reg is None:
-            return layer_terms(X_p, self.subcapsules, beta, obs_p,
-                               self.use_observed, self.observed, self.backend,
-                               self.reg_weight)
-        s = self._structures(X_p, obs_p)
-        return s.factors(), regulariser(s, self.reg_weight, X_reg)
+        return layer_terms(X_p, self.subcapsules, beta, obs_p,
+                           self.use_observed, self.observed, self.backend,
+                           self.reg_weight)
 
     def _h1_recomputed(self, h1: Tensor, X_p: Tensor, obs_p: Optional[Tensor],
                        kernels: bool):
@@ -416,28 +419,27 @@ class HGWCaps(BaseModule):
         X_p, size = self._components(x)
         obs_p = self._observed_p(x)
         want_reg = self._wants_reg()
-        X_reg = None
-        if want_reg and self.reg_scope == 'layer':
-            X_reg = self._components(x.detach())[0]
+        # E of the components of the detached input reaches the layer's
+        # own embeddings only: the same values by another gradient path.
+        X_reg = (self._components(x.detach())[0]
+                 if want_reg and self.reg_scope == 'layer' else None)
         if self.solver_cfg['grad'] == 'unroll':
             s = self._structures(X_p, obs_p)
             dist, parts, _ = self._solve(X_p, s)
             pose = pose_map(parts, self.pose_weight)
-            reg = regulariser(s, self.reg_weight, X_reg) if want_reg \
-                else None
+            reg = None
+            if want_reg:
+                reg = (regulariser(s, self.reg_weight) if X_reg is None else
+                       self._routing_terms(X_reg, obs_p, True)[1])
         else:
-            terms = (X_p, obs_p, want_reg, X_reg)
             grad = torch.is_grad_enabled()
-            kernels = grad and X_reg is None and runs_component_kernels(
-                X_p, self.beta, obs_p, self.backend)
-            if grad and not kernels:
-                # The composition's [B, L, V_p, V_p] intermediates (about
-                # ten per layer) are cheap to recompute in backward: keep
-                # only X_p, as the C++ kernels do.
-                factors, reg = checkpoint(self._routing_terms, *terms,
-                                          use_reentrant=False)
-            else:
-                factors, reg = self._routing_terms(*terms)
+            kernels = grad and runs_component_kernels(X_p, self.beta, obs_p,
+                                                      self.backend)
+            recompute = grad and not kernels
+            factors, reg = self._routing_terms(X_p, obs_p, want_reg
+                                               and X_reg is None, recompute)
+            if X_reg is not None:
+                reg = self._routing_terms(X_reg, obs_p, True, recompute)[1]
             keep = (self._h1_recomputed(factors.h1, X_p, obs_p, kernels)
                     if grad else contextlib.nullcontext())
             # Envelope gradients from the fused op: neither plans nor parts

@@ -6,9 +6,8 @@ from typing import NamedTuple, Optional, Tuple
 from torch import Tensor, nn
 
 from mmhgw.ops import component_structures, component_terms
-from mmhgw.ot import (GWFactors, count_structure, embedding_distance,
-                      gw_factors, kl_off_diagonal, structure, target_factors,
-                      uniform_marginals)
+from mmhgw.ot import (GWFactors, count_structure, gw_factors, kl_off_diagonal,
+                      structure, target_factors, uniform_marginals)
 
 
 class Structures(NamedTuple):
@@ -115,14 +114,11 @@ def _check_observed(obs_p: Optional[Tensor], use_observed: bool,
                          'structure (obs_p)')
 
 
-def regulariser(s: Structures, reg_weight: float,
-                X_reg: Optional[Tensor] = None) -> Tensor:
+def regulariser(s: Structures, reg_weight: float) -> Tensor:
     """``E = reg_weight (L(K_pp, C_obs_p) + L(K_qq, C_obs_q))`` (Eq. reg,
     :func:`mmhgw.ot.kl_off_diagonal`, the observed structures as fixed
-    targets); with ``X_reg`` (the same components by another gradient path)
-    its input-domain term is taken on those."""
-    K_pp = s.K_pp if X_reg is None else embedding_distance(X_reg, X_reg)
-    return _weighted(reg_weight, kl_off_diagonal(K_pp, s.obs_p.detach()),
+    targets)."""
+    return _weighted(reg_weight, kl_off_diagonal(s.K_pp, s.obs_p.detach()),
                      kl_off_diagonal(s.K_qq, s.obs_q.detach()))
 
 

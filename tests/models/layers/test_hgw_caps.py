@@ -376,10 +376,13 @@ def test_regulariser_ignores_the_diagonal():
     assert kl_off_diagonal(K, C).item() > 0
 
 
-@pytest.mark.parametrize('routing,ablation', [('hgw', None), ('hgw', 'A'),
-                                              ('hgw', 'C'), ('uniform', None)])
+@pytest.mark.parametrize('routing,ablation,reg_scope',
+                         [('hgw', None, 'network'), ('hgw', 'A', 'network'),
+                          ('hgw', 'C', 'network'),
+                          ('uniform', None, 'network'),
+                          ('hgw', None, 'layer')])
 @pytest.mark.parametrize('training', [True, False])
-def test_backends_give_the_same_layer(routing, ablation, training):
+def test_backends_give_the_same_layer(routing, ablation, reg_scope, training):
     """The fused kernels and the torch reference: same output, regulariser,
     distances and gradients (float64: same iterates up to round-off); C
     (no observed structure) takes the structures kernels' other branch."""
@@ -390,7 +393,7 @@ def test_backends_give_the_same_layer(routing, ablation, training):
     results = []
     for backend in ('torch', 'cpp'):
         caps = small_caps(routing=routing, ablation=ablation,
-                          backend=backend).double()
+                          reg_scope=reg_scope, backend=backend).double()
         caps.train(training)
         xi = x.clone().requires_grad_()
         out, reg, dist = caps.forward_terms(xi)
@@ -406,6 +409,26 @@ def test_backends_give_the_same_layer(routing, ablation, training):
         torch.testing.assert_close(reg1, reg0, rtol=1e-10, atol=1e-12)
     for a, b in zip(g1, g0):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize('reg_scope', ['network', 'layer'])
+def test_training_takes_the_structures_kernels_for_either_reg_scope(
+        reg_scope, monkeypatch):
+    """Where the C++ kernels run, neither the factors nor E (on either
+    gradient path) fall back to the torch composition."""
+    from mmhgw.ops import cpp_available, hgw_structures
+    if not cpp_available():
+        pytest.skip('C++ extension not built')
+
+    def composition(*args):
+        raise AssertionError('the torch composition ran')
+
+    monkeypatch.setattr(hgw_structures, '_reference_terms', composition)
+    caps = small_caps(reg_scope=reg_scope, backend='cpp').train()
+    x = torch.randn(2, 16, 5, 6, requires_grad=True)
+    out, reg, _ = caps.forward_terms(x)
+    (out.square().sum() + reg).backward()
+    assert caps.embed.weight.grad.abs().max() > 0
 
 
 def test_unrolled_and_envelope_paths_agree_in_value():
@@ -447,6 +470,7 @@ def test_layer_keeps_nothing_plan_sized_for_backward(backend):
 STRUCTURES_PATHS = {
     # The C++ structures kernels.
     'kernels': dict(backend='auto'),
+    'kernels-layer-E': dict(backend='auto', reg_scope='layer'),
     # The torch composition, checkpointed: another routing backend, E on
     # the layer's own embedding, an observed structure from the input.
     'composition': dict(backend='torch'),
