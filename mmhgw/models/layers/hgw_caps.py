@@ -155,7 +155,12 @@ class HGWCaps(BaseModule):
             layer before it. ``'layer'``: E sees the components of the
             detached input, so it trains only the layer's own embedding
             convolution and subcapsules (the embeddings of Eq. 27); the
-            layers before it learn from the task alone.
+            layers before it learn from the task alone. ``'network'`` is the
+            default: at the short schedules the configs ship with, confining
+            E cost accuracy; over long schedules E's gradient bends the
+            encoder until the layer's distances barely vary over the image,
+            and ``'layer'`` kept more of a task decided by the arrangement
+            of parts (docs/evidence.md).
         backend: kernels of the routing op (envelope gradients):
             ``'auto'`` (C++ on the CPU, Triton on CUDA, else the torch
             reference with a warning), ``'cpp'``, ``'triton'`` or
