@@ -6,7 +6,7 @@ detached input: what confining E costs.
 The two layers run in turn, ``--rounds`` times (median and range of the
 per-round ratio).
 
-    python bench/bench_reg_scope.py [--case 128x2x28x28] [--rounds 7]
+    python bench/bench_reg_scope.py [--cases 128x2x28x28,...] [--rounds 7]
         [--no-write]
 """
 import argparse
@@ -31,19 +31,10 @@ def train_step_seconds(layer, x):
     return time.perf_counter() - start
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--case', default='128x2x28x28',
-                        help='CxBxHxW (channels, batch, height, width)')
-    parser.add_argument('--rounds', type=int, default=7)
-    parser.add_argument('--no-write', action='store_true')
-    args = parser.parse_args()
-    try:
-        (channels, batch, H, W), = parse_cases(args.case)
-    except ValueError as err:
-        parser.error(str(err).replace('--cases', '--case'))
-    if args.rounds < 1:
-        parser.error(f'--rounds must be >= 1, got {args.rounds}')
+def measure_case(case, rounds):
+    """The table row of one case: both layers' median training step and
+    the median and range of their per-round ratio."""
+    channels, batch, H, W = case
     torch.manual_seed(0)
     x = torch.randn(batch, channels, H, W)
     layers = {}
@@ -55,17 +46,34 @@ def main():
         layers[scope].beta.fill_(0.5)
         train_step_seconds(layers[scope], x)
     times = {scope: [] for scope in SCOPES}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for scope in SCOPES:
             times[scope].append(train_step_seconds(layers[scope], x))
     ratios = [lay / net for lay, net in zip(times['layer'], times['network'])]
-    rows = [[
+    return [
         f'{channels}ch {batch}x{H}x{W}',
         f'{statistics.median(times["network"]) * 1e3:.1f}',
         f'{statistics.median(times["layer"]) * 1e3:.1f}',
         f'{statistics.median(ratios):.2f}x '
         f'({min(ratios):.2f}-{max(ratios):.2f}x)'
-    ]]
+    ]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        '--cases', default='128x2x28x28',
+        help='comma-separated CxBxHxW (channels, batch, height, width)')
+    parser.add_argument('--rounds', type=int, default=7)
+    parser.add_argument('--no-write', action='store_true')
+    args = parser.parse_args()
+    try:
+        cases = parse_cases(args.cases)
+    except ValueError as err:
+        parser.error(str(err))
+    if args.rounds < 1:
+        parser.error(f'--rounds must be >= 1, got {args.rounds}')
+    rows = [measure_case(case, args.rounds) for case in cases]
     body = (f'{args.rounds} rounds, the two layers in turn; medians in ms, '
             'the ratio per round (median, range).\n\n' + markdown_table([
                 'case', "fwd+bwd, reg_scope='network'",
