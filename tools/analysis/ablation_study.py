@@ -120,6 +120,10 @@ VARIANTS = {
     'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [
         _CAPS + 'routing=uniform', _CAPS + 'reg_scope=layer'
     ]),
+    'align': ('alignment term of Eq. 27 at weight 1', 'hgw',
+              [_CAPS + 'align_weight=1.0']),
+    'uniform_align': ('uniform routing, alignment term at weight 1', 'hgw',
+                      [_CAPS + 'routing=uniform', _CAPS + 'align_weight=1.0']),
 }
 
 TASKS = {

@@ -49,6 +49,17 @@ def activation(dist: Tensor, temperature: float) -> Tensor:
     return torch.exp(-(dist - dist.min(-1, keepdim=True)[0]) / temperature)
 
 
+def alignment(dist: Tensor, temperature: float) -> Tensor:
+    """``mean over locations of sum_n r_n d_n``, ``r = softmax_n(-d_n /
+    temperature)`` held fixed: the HGW distances [..., N] to the output
+    types, each weighted by its share of the activations. The weights carry
+    no gradient, so the term is lowered only by bringing the components and
+    the subcapsules of the types the activations pick closer, never by
+    moving the activations to other types."""
+    share = torch.softmax(-dist.detach() / temperature, dim=-1)
+    return (share * dist).sum(-1).mean()
+
+
 @MODELS.register_module()
 class HGWCaps(BaseModule):
     """Hybrid Gromov-Wasserstein capsules in place of a k x k convolution.
@@ -161,6 +172,16 @@ class HGWCaps(BaseModule):
             encoder until the layer's distances barely vary over the image,
             and ``'layer'`` kept more of a task decided by the arrangement
             of parts (docs/evidence.md).
+        align_weight: weight of the alignment term of Eq. 27, by which the
+            paper updates the embeddings at the plan: the loss gains
+            ``align_weight * beta * A``, ``A`` the :func:`alignment` of the
+            HGW distances (the whole distance at the plan, its GW term
+            included, as the routing op differentiates it). ``beta`` is the
+            current, ramped value, as ``beta_U`` in Eq. 27. Without it the
+            subcapsules learn from E (their own structure) and from the
+            task through the activations alone, nothing pulling them toward
+            the components they are matched with. 0 (default): no such
+            term; finite, >= 0.
         backend: kernels of the routing op (envelope gradients):
             ``'auto'`` (C++ on the CPU, Triton on CUDA, else the torch
             reference with a warning), ``'cpp'``, ``'triton'`` or
@@ -182,7 +203,8 @@ class HGWCaps(BaseModule):
                  routing: str = 'hgw', use_observed: bool = True,
                  observed: str = 'coactivation', temperature: float = 0.1,
                  pose_from: str = 'mean', reg_scope: str = 'network',
-                 backend: str = 'auto', conv_cfg: Optional[dict] = None,
+                 align_weight: float = 0.0, backend: str = 'auto',
+                 conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None, **legacy):
         super().__init__(init_cfg=init_cfg)
         solver_cfg, reg_weight, use_observed = resolve_legacy(
@@ -190,7 +212,8 @@ class HGWCaps(BaseModule):
         check_layer_args(in_channels, out_channels, groups, in_types,
                          out_types, num_parts, part_dim, beta, reg_weight,
                          routing, ROUTINGS, use_observed, observed,
-                         temperature, reg_scope, backend, BACKENDS, pose_from)
+                         temperature, reg_scope, backend, BACKENDS, pose_from,
+                         align_weight)
         # Fail at build time, not at the first forward.
         self.solver_cfg = build_solver_cfg(solver_cfg)
         self.use_observed = use_observed
@@ -203,6 +226,7 @@ class HGWCaps(BaseModule):
         self.backend = backend
         self.reg_weight = float(reg_weight)
         self.reg_scope = reg_scope
+        self.align_weight = float(align_weight)
         self.temperature = float(temperature)
         self.pose_from = pose_from
         self.beta_final = float(beta)
@@ -398,6 +422,15 @@ class HGWCaps(BaseModule):
         return (self.training and self.reg_weight > 0
                 and torch.is_grad_enabled())
 
+    def _alignment_term(self, dist: Tensor) -> Optional[Tensor]:
+        """``align_weight * beta * A`` of the distances [B, L, N] (None
+        unless training with ``align_weight > 0``)."""
+        if not (self.training and self.align_weight > 0
+                and torch.is_grad_enabled()):
+            return None
+        return (self.align_weight * self.beta.to(dist.dtype) *
+                alignment(dist, self.temperature))
+
     def _loss_scale(self) -> float:
         """The factor for E's injected gradient (see ``loss_scale``)."""
         if self.loss_scale is not None:
@@ -491,8 +524,11 @@ class HGWCaps(BaseModule):
         with autocast_off(x.device.type):
             out, reg, dist = self.forward_terms(x)
         if self.training:
-            if reg is not None:
-                out = attach_aux_loss(out, reg, self._loss_scale())
+            aux = [
+                t for t in (reg, self._alignment_term(dist)) if t is not None
+            ]
+            if aux:
+                out = attach_aux_loss(out, sum(aux), self._loss_scale())
             self.last_stats = (None if reg is None else reg.detach(),
                                dist.detach().mean())
         return out.to(in_dtype)

@@ -106,7 +106,7 @@ POSE_SOURCES = ('plan', 'mean')
 def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
                      num_parts, part_dim, beta, reg_weight, routing, routings,
                      use_observed, observed, temperature, reg_scope, backend,
-                     backends, pose_from):
+                     backends, pose_from, align_weight):
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):
@@ -139,9 +139,11 @@ def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
     if not 0 < temperature < math.inf:
         raise ValueError(f'temperature must be a positive finite '
                          f'number, got {temperature}')
-    if not 0 <= reg_weight < math.inf:
-        raise ValueError(f'reg_weight must be a finite number >= 0, '
-                         f'got {reg_weight}')
+    for name, value in (('reg_weight', reg_weight), ('align_weight',
+                                                     align_weight)):
+        if not 0 <= value < math.inf:
+            raise ValueError(f'{name} must be a finite number >= 0, '
+                             f'got {value}')
 
 
 def check_checkpoint_beta(state_dict: dict, key: str):

@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 import mmhgw  # noqa: F401
 from mmhgw.models import CapsulePool, HGWCaps
 from mmhgw.models.layers import zipf_structure
+from mmhgw.models.layers.hgw_caps import alignment
 from mmhgw.ops import cpp_available
 
 SMALL = dict(in_types=4, out_types=4, num_parts=3, part_dim=4)
@@ -131,6 +132,61 @@ def test_reg_scope_changes_no_output_or_value():
     torch.testing.assert_close(reg_l, reg_n)
 
 
+@pytest.mark.parametrize('grad', ['envelope', 'unroll'])
+@pytest.mark.parametrize('routing', ['hgw', 'uniform'])
+def test_alignment_term_gradient_equals_explicit_sum(grad, routing):
+    """With ``align_weight`` the layer's gradient is that of the task, E
+    and ``align_weight * beta * alignment(dist)``, the current beta."""
+    torch.manual_seed(1)
+    x = torch.randn(2, 16, 5, 6, requires_grad=True)
+    weight = torch.randn(2, 8, 5, 6)
+    caps = small_caps(align_weight=2.0, grad=grad, routing=routing).train()
+    caps.beta.fill_(0.3)
+    twin = copy.deepcopy(caps)
+    (caps(x) * weight).sum().backward()
+    got = [x.grad.clone()] + [p.grad for p in caps.parameters()]
+    got_sub = caps.subcapsules.grad
+
+    x.grad = None
+    out, reg, dist = twin.forward_terms(x)
+    term = 2.0 * 0.3 * alignment(dist, twin.temperature)
+    assert term.item() > 0
+    ((out * weight).sum() + reg + term).backward()
+    want = [x.grad] + [p.grad for p in twin.parameters()]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    # And the term does move the gradient, of the subcapsules and the input.
+    x.grad = None
+    bare = small_caps(grad=grad, routing=routing).train()
+    bare.beta.fill_(0.3)
+    (bare(x) * weight).sum().backward()
+    assert not torch.allclose(bare.subcapsules.grad, got_sub)
+    assert not torch.allclose(x.grad, got[0])
+
+
+def test_alignment_weights_carry_no_gradient():
+    """d A / d d_n is each type's share of the activations over the number
+    of locations: A cannot fall by shifting the activations."""
+    dist = torch.rand(2, 3, 5, dtype=torch.float64, requires_grad=True)
+    alignment(dist, 0.1).backward()
+    share = torch.softmax(-dist.detach() / 0.1, dim=-1)
+    torch.testing.assert_close(dist.grad, share / 6)
+    torch.testing.assert_close(alignment(dist, 0.1),
+                               (share * dist).sum(-1).mean())
+
+
+def test_alignment_term_only_in_training_and_zero_by_default():
+    x = torch.randn(1, 16, 4, 4)
+    assert small_caps().align_weight == 0
+    caps = small_caps(align_weight=1.0)
+    dist = caps.train().forward_terms(x)[2]
+    assert caps._alignment_term(dist) is not None
+    assert caps.eval()._alignment_term(dist) is None
+    with torch.no_grad():
+        assert caps.train()._alignment_term(dist) is None
+    assert small_caps().train()._alignment_term(dist) is None
+
+
 def test_no_regulariser_in_eval_or_under_ablation_b():
     x = torch.randn(1, 16, 4, 4)
     assert small_caps().eval().forward_terms(x)[1] is None
@@ -173,6 +229,9 @@ def test_eval_is_deterministic_and_state_dict_round_trips():
     (dict(eps=0.0), 'eps must be'),
     (dict(beta=1.5), 'beta must be in'),
     (dict(reg_scope='model'), 'reg_scope must be one of'),
+    (dict(align_weight=-1.0), 'align_weight must be a finite number >= 0'),
+    (dict(align_weight=float('nan')), 'align_weight must be a finite'),
+    (dict(align_weight=float('inf')), 'align_weight must be a finite'),
 ])
 def test_bad_arguments_raise_value_error(kwargs, match):
     args = dict(in_channels=16, out_channels=8)
