@@ -46,7 +46,8 @@ def test_final_beta_override_and_bad_arguments():
 
 
 def test_hook_logs_regulariser_distance_and_beta():
-    model = nn.Sequential(HGWCaps(16, 16, **SMALL), HGWCaps(16, 8, **SMALL))
+    model = nn.Sequential(HGWCaps(16, 16, **SMALL),
+                          HGWCaps(16, 8, align_weight=2.0, **SMALL))
     model.train()
     runner = fake_runner(model, 3)
     hook = HGWBetaWarmupHook(warmup_iters=6)
@@ -59,3 +60,18 @@ def test_hook_logs_regulariser_distance_and_beta():
     assert scalars['train/hgw_reg'].current() == pytest.approx(reg)
     assert scalars['train/hgw_dist'].current() == pytest.approx(dist)
     assert scalars['train/hgw_beta'].current() == pytest.approx(0.25)
+    # The alignment term, of the layer that trains with it alone.
+    assert model[0].last_stats[2] is None
+    align = model[1].last_stats[2].item()
+    assert align > 0
+    assert scalars['train/hgw_align'].current() == pytest.approx(align)
+
+
+def test_hook_logs_no_alignment_term_without_it():
+    model = HGWCaps(16, 8, **SMALL).train()
+    runner = fake_runner(model, 3)
+    hook = HGWBetaWarmupHook(warmup_iters=6)
+    hook.before_train_iter(runner, batch_idx=3)
+    model(torch.randn(2, 16, 5, 5)).sum().backward()
+    hook.after_train_iter(runner, batch_idx=3)
+    assert 'train/hgw_align' not in runner.message_hub.log_scalars

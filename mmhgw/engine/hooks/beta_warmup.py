@@ -30,9 +30,11 @@ class HGWBetaWarmupHook(Hook):
     variants. Being a function
     of the iteration, the schedule resumes exactly.
 
-    After each iteration the mean regulariser E and mean HGW distance over
-    the layers, and the mean beta, go to the MessageHub as ``train/hgw_reg``,
-    ``train/hgw_dist`` and ``train/hgw_beta``, so the LoggerHook prints them.
+    After each iteration the regulariser E summed over the layers, the
+    alignment term likewise (layers with ``align_weight > 0``), the mean HGW
+    distance and the mean beta go to the MessageHub as ``train/hgw_reg``,
+    ``train/hgw_align``, ``train/hgw_dist`` and ``train/hgw_beta``, so the
+    LoggerHook prints them.
 
     Args:
         warmup_iters: iterations to reach the final beta (U).
@@ -71,10 +73,12 @@ class HGWBetaWarmupHook(Hook):
         if not stats:
             return
         hub = runner.message_hub
-        regs = [r for r, _ in stats if r is not None]
-        if regs:
-            hub.update_scalar('train/hgw_reg', torch.stack(regs).sum().item())
-        hub.update_scalar('train/hgw_dist',
-                          torch.stack([d for _, d in stats]).mean().item())
+        regs, dists, aligns = zip(*stats)
+        for key, terms in (('train/hgw_reg', regs), ('train/hgw_align',
+                                                     aligns)):
+            terms = [t for t in terms if t is not None]
+            if terms:
+                hub.update_scalar(key, torch.stack(terms).sum().item())
+        hub.update_scalar('train/hgw_dist', torch.stack(dists).mean().item())
         hub.update_scalar('train/hgw_beta',
                           sum(m.beta.item() for m in modules) / len(modules))

@@ -247,7 +247,8 @@ class HGWCaps(BaseModule):
             torch.randn(out_types, num_parts * part_dim, self.out_dim) /
             math.sqrt(num_parts * part_dim))
         self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
-        #: Detached (regulariser, mean distance) of the last training pass.
+        #: Detached (regulariser, mean distance, alignment term) of the last
+        #: training pass; a term the layer does not train with is None.
         self.last_stats = None
 
     def extra_repr(self) -> str:
@@ -524,11 +525,11 @@ class HGWCaps(BaseModule):
         with autocast_off(x.device.type):
             out, reg, dist = self.forward_terms(x)
         if self.training:
-            aux = [
-                t for t in (reg, self._alignment_term(dist)) if t is not None
-            ]
+            align = self._alignment_term(dist)
+            aux = [t for t in (reg, align) if t is not None]
             if aux:
                 out = attach_aux_loss(out, sum(aux), self._loss_scale())
             self.last_stats = (None if reg is None else reg.detach(),
-                               dist.detach().mean())
+                               dist.detach().mean(),
+                               None if align is None else align.detach())
         return out.to(in_dtype)
