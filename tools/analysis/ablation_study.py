@@ -124,6 +124,11 @@ VARIANTS = {
               [_CAPS + 'align_weight=1.0']),
     'uniform_align': ('uniform routing, alignment term at weight 1', 'hgw',
                       [_CAPS + 'routing=uniform', _CAPS + 'align_weight=1.0']),
+    'align_hard': ('alignment term at weight 1, shares at temperature 0.01 '
+                   '(the best-aligned type takes it)', 'hgw', [
+                       _CAPS + 'align_weight=1.0',
+                       _CAPS + 'align_temperature=0.01'
+                   ]),
 }
 
 TASKS = {

@@ -182,6 +182,13 @@ class HGWCaps(BaseModule):
             task through the activations alone, nothing pulling them toward
             the components they are matched with. 0 (default): no such
             term; finite, >= 0.
+        align_temperature: temperature of the types' shares in the
+            alignment term; None (default): the activation's
+            ``temperature``. Where the distances of a location spread over
+            the types by less than it, the shares are near uniform and the
+            term pulls every subcapsule alike; a smaller one gives the
+            best-aligned type the whole share (Algorithm 2's argmax
+            alignment). Finite, > 0.
         backend: kernels of the routing op (envelope gradients):
             ``'auto'`` (C++ on the CPU, Triton on CUDA, else the torch
             reference with a warning), ``'cpp'``, ``'triton'`` or
@@ -203,8 +210,9 @@ class HGWCaps(BaseModule):
                  routing: str = 'hgw', use_observed: bool = True,
                  observed: str = 'coactivation', temperature: float = 0.1,
                  pose_from: str = 'mean', reg_scope: str = 'network',
-                 align_weight: float = 0.0, backend: str = 'auto',
-                 conv_cfg: Optional[dict] = None,
+                 align_weight: float = 0.0,
+                 align_temperature: Optional[float] = None,
+                 backend: str = 'auto', conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None, **legacy):
         super().__init__(init_cfg=init_cfg)
         solver_cfg, reg_weight, use_observed = resolve_legacy(
@@ -213,7 +221,7 @@ class HGWCaps(BaseModule):
                          out_types, num_parts, part_dim, beta, reg_weight,
                          routing, ROUTINGS, use_observed, observed,
                          temperature, reg_scope, backend, BACKENDS, pose_from,
-                         align_weight)
+                         align_weight, align_temperature)
         # Fail at build time, not at the first forward.
         self.solver_cfg = build_solver_cfg(solver_cfg)
         self.use_observed = use_observed
@@ -227,6 +235,8 @@ class HGWCaps(BaseModule):
         self.reg_weight = float(reg_weight)
         self.reg_scope = reg_scope
         self.align_weight = float(align_weight)
+        self.align_temperature = float(temperature if align_temperature is
+                                       None else align_temperature)
         self.temperature = float(temperature)
         self.pose_from = pose_from
         self.beta_final = float(beta)
@@ -430,7 +440,7 @@ class HGWCaps(BaseModule):
                 and torch.is_grad_enabled()):
             return None
         return (self.align_weight * self.beta.to(dist.dtype) *
-                alignment(dist, self.temperature))
+                alignment(dist, self.align_temperature))
 
     def _loss_scale(self) -> float:
         """The factor for E's injected gradient (see ``loss_scale``)."""

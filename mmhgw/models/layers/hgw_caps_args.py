@@ -106,7 +106,7 @@ POSE_SOURCES = ('plan', 'mean')
 def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
                      num_parts, part_dim, beta, reg_weight, routing, routings,
                      use_observed, observed, temperature, reg_scope, backend,
-                     backends, pose_from, align_weight):
+                     backends, pose_from, align_weight, align_temperature):
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):
@@ -136,9 +136,11 @@ def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
     # Written so that NaN fails too (every comparison with NaN is False).
     if not 0 <= beta <= 1:
         raise ValueError(f'beta must be in [0, 1], got {beta}')
-    if not 0 < temperature < math.inf:
-        raise ValueError(f'temperature must be a positive finite '
-                         f'number, got {temperature}')
+    for name, value in (('temperature', temperature), ('align_temperature',
+                                                       align_temperature)):
+        if value is not None and not 0 < value < math.inf:
+            raise ValueError(f'{name} must be a positive finite '
+                             f'number, got {value}')
     for name, value in (('reg_weight', reg_weight), ('align_weight',
                                                      align_weight)):
         if not 0 <= value < math.inf:

@@ -133,14 +133,19 @@ def test_reg_scope_changes_no_output_or_value():
 
 
 @pytest.mark.parametrize('grad', ['envelope', 'unroll'])
-@pytest.mark.parametrize('routing', ['hgw', 'uniform'])
-def test_alignment_term_gradient_equals_explicit_sum(grad, routing):
+@pytest.mark.parametrize('routing,align_temperature', [('hgw', None),
+                                                       ('uniform', None),
+                                                       ('hgw', 0.01)])
+def test_alignment_term_gradient_equals_explicit_sum(grad, routing,
+                                                     align_temperature):
     """With ``align_weight`` the layer's gradient is that of the task, E
-    and ``align_weight * beta * alignment(dist)``, the current beta."""
+    and ``align_weight * beta * alignment(dist, T_align)``, the current
+    beta, ``T_align`` the activation's temperature unless given."""
     torch.manual_seed(1)
     x = torch.randn(2, 16, 5, 6, requires_grad=True)
     weight = torch.randn(2, 8, 5, 6)
-    caps = small_caps(align_weight=2.0, grad=grad, routing=routing).train()
+    caps = small_caps(align_weight=2.0, grad=grad, routing=routing,
+                      align_temperature=align_temperature).train()
     caps.beta.fill_(0.3)
     twin = copy.deepcopy(caps)
     (caps(x) * weight).sum().backward()
@@ -149,7 +154,7 @@ def test_alignment_term_gradient_equals_explicit_sum(grad, routing):
 
     x.grad = None
     out, reg, dist = twin.forward_terms(x)
-    term = 2.0 * 0.3 * alignment(dist, twin.temperature)
+    term = 2.0 * 0.3 * alignment(dist, align_temperature or 0.1)
     assert term.item() > 0
     ((out * weight).sum() + reg + term).backward()
     want = [x.grad] + [p.grad for p in twin.parameters()]
@@ -232,6 +237,9 @@ def test_eval_is_deterministic_and_state_dict_round_trips():
     (dict(align_weight=-1.0), 'align_weight must be a finite number >= 0'),
     (dict(align_weight=float('nan')), 'align_weight must be a finite'),
     (dict(align_weight=float('inf')), 'align_weight must be a finite'),
+    (dict(align_temperature=0.0), 'align_temperature must be a positive'),
+    (dict(align_temperature=float('nan')), 'align_temperature must be'),
+    (dict(temperature=-1.0), 'temperature must be a positive'),
 ])
 def test_bad_arguments_raise_value_error(kwargs, match):
     args = dict(in_channels=16, out_channels=8)
