@@ -119,7 +119,8 @@ def section_of(name: str, capsule_names) -> str:
 
 def gradient_norms(model, inputs, samples, capsule_names, with_reg: bool):
     """Gradient norm per network part of the summed losses, with or without
-    the capsules' regulariser E.
+    the capsules' regulariser E (and their alignment term, where the layers
+    train with one: both ride the same injected loss).
 
     Without E, E is still computed but its injected gradient is scaled by 0
     (the layers' ``loss_scale``), so that both passes run the same forward

@@ -168,10 +168,11 @@ class HGWCaps(BaseModule):
             convolution and subcapsules (the embeddings of Eq. 27); the
             layers before it learn from the task alone. ``'network'`` is the
             default: at the short schedules the configs ship with, confining
-            E cost accuracy; over long schedules E's gradient bends the
-            encoder until the layer's distances barely vary over the image,
-            and ``'layer'`` kept more of a task decided by the arrangement
-            of parts (docs/evidence.md).
+            E scored lower in four seeds of five (within the spread); over
+            long schedules E's gradient bends the encoder until the layer's
+            distances barely vary over the image, and ``'layer'`` kept more
+            of a task decided by the arrangement of parts
+            (docs/evidence.md).
         align_weight: weight of the alignment term of Eq. 27, by which the
             paper updates the embeddings at the plan: the loss gains
             ``align_weight * beta * A``, ``A`` the :func:`alignment` of the
@@ -180,8 +181,9 @@ class HGWCaps(BaseModule):
             current, ramped value, as ``beta_U`` in Eq. 27. Without it the
             subcapsules learn from E (their own structure) and from the
             task through the activations alone, nothing pulling them toward
-            the components they are matched with. 0 (default): no such
-            term; finite, >= 0.
+            the components they are matched with. 0 (default): at weight 1
+            it tied on the built-in lesion set (docs/evidence.md); finite,
+            >= 0.
         align_temperature: temperature of the types' shares in the
             alignment term; None (default): the activation's
             ``temperature``. Where the distances of a location spread over
