@@ -243,8 +243,9 @@ class HGWCaps(BaseModule):
         self.pose_from = pose_from
         self.beta_final = float(beta)
         self.register_buffer('beta', torch.tensor(float(beta)))
-        #: Factor of the optimiser wrapper on the loss, applied to E's
-        #: gradient (set by HGWLossScaleHook; None: 1).
+        #: Factor of the optimiser wrapper on the loss, applied to the
+        #: injected gradient of E and the alignment term (set by
+        #: HGWLossScaleHook; None: 1).
         self.loss_scale = None
 
         # One embedding per input type from its own k x k patch.
@@ -431,21 +432,25 @@ class HGWCaps(BaseModule):
             out = out + self.bias.view(1, -1, 1, 1)
         return out
 
+    def _injects_terms(self) -> bool:
+        """Whether this pass trains with the injected terms (E, the
+        alignment term): training, with autograd on."""
+        return self.training and torch.is_grad_enabled()
+
     def _wants_reg(self) -> bool:
-        return (self.training and self.reg_weight > 0
-                and torch.is_grad_enabled())
+        return self._injects_terms() and self.reg_weight > 0
 
     def _alignment_term(self, dist: Tensor) -> Optional[Tensor]:
         """``align_weight * beta * A`` of the distances [B, L, N] (None
         unless training with ``align_weight > 0``)."""
-        if not (self.training and self.align_weight > 0
-                and torch.is_grad_enabled()):
+        if not (self._injects_terms() and self.align_weight > 0):
             return None
         return (self.align_weight * self.beta.to(dist.dtype) *
                 alignment(dist, self.align_temperature))
 
     def _loss_scale(self) -> float:
-        """The factor for E's injected gradient (see ``loss_scale``)."""
+        """The factor for the injected gradient of E and the alignment
+        term (see ``loss_scale``)."""
         if self.loss_scale is not None:
             return self.loss_scale
         global _WARNED_UNSCALED
