@@ -271,7 +271,9 @@ class HGWCaps(BaseModule):
             f'parts={self.num_parts}x{self.part_dim}, '
             f'routing={self.routing}, observed={self.observed}, '
             f'use_observed={self.use_observed}, pose_from={self.pose_from}, '
-            f'regularizer={self.solver_cfg["regularizer"]}')
+            f'regularizer={self.solver_cfg["regularizer"]}, '
+            f'reg_weight={self.reg_weight}, reg_scope={self.reg_scope}, '
+            f'align_weight={self.align_weight}')
 
     def _components(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
         """Components X_p [B, L, V_p, d], contiguous, and the output grid

@@ -25,6 +25,14 @@ def test_solver_cfg_is_filled_with_the_defaults():
     assert small_caps().solver_cfg == SOLVER_DEFAULTS
 
 
+def test_repr_shows_the_training_terms():
+    # A model's printout is how a user checks what a config built.
+    text = repr(small_caps(reg_weight=2.5, reg_scope='layer',
+                           align_weight=1.0))
+    assert 'reg_weight=2.5, reg_scope=layer, align_weight=1.0' in text
+    assert 'reg_scope=network, align_weight=0.0' in repr(small_caps())
+
+
 @pytest.mark.parametrize('solver_cfg,match', [
     (dict(epsilon=1e-2, tol=1), r"unknown keys \['epsilon', 'tol'\]"),
     (dict(outer_iters=0), 'solver_cfg: outer_iters must be a positive int'),
