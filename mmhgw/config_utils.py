@@ -78,25 +78,25 @@ def build_config_model(cfg: Config, init: bool = True):
 
 
 def checkpoint_metrics(config: str, checkpoint: str, options=None,
-                       change_pipeline: Optional[Callable] = None,
+                       change_cfg: Optional[Callable] = None,
                        change_model: Optional[Callable] = None) -> dict:
     """Test metrics of ``checkpoint`` on ``config``'s test set, through the
     stock Runner, quietly, in a temporary work dir, for the analysis tools.
 
     ``options``: a dict of ``--cfg-options`` (checked as the train and test
-    tools check them, :func:`merge_cfg_options`). ``change_pipeline(pipeline)``
-    returns the test pipeline to use; ``change_model(model)`` alters the
-    built model in place before the test (after it the checkpoint loads, so
-    only what a checkpoint does not hold may be changed). A model whose
-    weights do not all load gets no score (``CheckpointFitHook``)."""
+    tools check them, :func:`merge_cfg_options`). ``change_cfg(cfg)`` alters
+    the merged config in place (e.g. the test pipeline and evaluator);
+    ``change_model(model)`` alters the built model in place before the test
+    (after it the checkpoint loads, so only what a checkpoint does not hold
+    may be changed). A model whose weights do not all load gets no score
+    (``CheckpointFitHook``)."""
     from mmengine.runner import Runner
 
     from mmhgw.engine.hooks import CheckpointFitHook
     cfg = Config.fromfile(config)
     merge_cfg_options(cfg, options)
-    if change_pipeline is not None:
-        dataset = cfg.test_dataloader.dataset
-        dataset.pipeline = change_pipeline(dataset.pipeline)
+    if change_cfg is not None:
+        change_cfg(cfg)
     cfg.load_from = checkpoint
     cfg.log_level = 'WARNING'
     cfg.visualizer = dict(type='Visualizer', vis_backends=[])

@@ -1,4 +1,5 @@
-"""A fixed affine warp of a sample, for robustness sweeps at test time."""
+"""A fixed affine warp of a sample, and the warped instances as the ground
+truth of mmdet's CocoMetric, for robustness sweeps at test time."""
 import math
 
 import cv2
@@ -6,7 +7,7 @@ import numpy as np
 from mmcv.transforms import BaseTransform
 from mmengine.registry import TRANSFORMS
 
-__all__ = ['AffineWarp', 'affine_matrix']
+__all__ = ['AffineWarp', 'InstancesFromLabels', 'affine_matrix']
 
 #: What AffineWarp warps, in this order.
 WARPED_KEYS = ('img', 'gt_seg_map', 'gt_masks', 'gt_bboxes')
@@ -124,3 +125,61 @@ class AffineWarp(BaseTransform):
     def __repr__(self) -> str:
         return (f'{type(self).__name__}(angle={self.angle}, '
                 f'scale={self.scale}, shear={self.shear})')
+
+
+@TRANSFORMS.register_module()
+class InstancesFromLabels(BaseTransform):
+    """Rewrites ``results['instances']`` from the loaded labels
+    (``gt_bboxes``, ``gt_bboxes_labels``, ``gt_ignore_flags`` and, when
+    loaded, ``gt_masks``), after any :class:`AffineWarp`.
+
+    mmdet's ``CocoMetric`` without an ``ann_file`` builds its ground truth
+    from the ``instances`` of each sample (packed through ``PackDetInputs``'
+    ``meta_keys``); the dataset's own ``instances`` are the annotation
+    file's, which a warp of the image leaves behind. Each object gets
+    ``bbox`` (x1, y1, x2, y2 in the frame the labels were loaded in),
+    ``bbox_label``, ``ignore_flag`` and, with masks, ``mask`` as COCO
+    run-length encoding. With masks the box is the mask's tight box (the
+    box of a rotated box is larger than the box of the rotated object, as
+    COCO boxes are the tight boxes of their objects); without, the loaded
+    (warped) box. Objects with an empty mask or box (moved out of the
+    image) are dropped.
+    """
+
+    def transform(self, results: dict) -> dict:
+        from pycocotools import mask as mask_util
+        for key in ('gt_bboxes', 'gt_bboxes_labels'):
+            if results.get(key) is None:
+                raise KeyError(f'{type(self).__name__} needs {key} (put it '
+                               'after LoadAnnotations with with_bbox=True '
+                               'and with_label=True)')
+        labels = results['gt_bboxes_labels']
+        boxes = results['gt_bboxes'].tensor.tolist()
+        ignore = results.get('gt_ignore_flags')
+        masks = results.get('gt_masks')
+        arrays = masks.to_ndarray() if masks is not None else None
+        instances = []
+        for i, label in enumerate(labels):
+            instance = dict(
+                bbox_label=int(label),
+                ignore_flag=int(ignore[i]) if ignore is not None else 0)
+            if arrays is not None:
+                ys, xs = np.nonzero(arrays[i])
+                if len(xs) == 0:
+                    continue
+                instance['bbox'] = [
+                    float(xs.min()),
+                    float(ys.min()),
+                    float(xs.max() + 1),
+                    float(ys.max() + 1)
+                ]
+                instance['mask'] = mask_util.encode(
+                    np.asfortranarray(arrays[i].astype(np.uint8)))
+            else:
+                x1, y1, x2, y2 = boxes[i]
+                if x2 <= x1 or y2 <= y1:
+                    continue
+                instance['bbox'] = [x1, y1, x2, y2]
+            instances.append(instance)
+        results['instances'] = instances
+        return results

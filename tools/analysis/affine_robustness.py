@@ -1,10 +1,16 @@
-"""Accuracy of trained segmentors under test-time affine transformations.
+"""Accuracy of trained segmentors and detectors under test-time affine
+transformations.
 
 Every model is evaluated on its config's test set with the images and
-masks warped by one affine map per sweep value (``AffineWarp``: rotation,
-isotropic scaling or horizontal shear about the image centre; pixels
-brought in from outside the image are ignored by the metric). Writes the
-metric per model and value as JSON and plots one curve per model::
+labels warped by one affine map per sweep value (``AffineWarp``: rotation,
+isotropic scaling or horizontal shear about the image centre). Segmentors:
+mask pixels brought in from outside the image are ignored by the metric.
+Detectors (mmdet's ``CocoMetric``): the metric scores against the warped
+boxes and masks of the test pipeline (``InstancesFromLabels``) instead of
+its annotation file, so the test pipeline must load the annotations, as
+mmdet's stock test pipelines do; objects warped out of the image drop out.
+Writes the metric per model and value as JSON and plots one curve per
+model::
 
     python tools/analysis/affine_robustness.py \\
         --model stock CONFIG CHECKPOINT --model hgw CONFIG CHECKPOINT \\
@@ -12,6 +18,8 @@ metric per model and value as JSON and plots one curve per model::
         --out work_dirs/robustness/rotation.json \\
         [--image docs/images/robustness_rotation.png] \\
         [--metric mIoU [sep/AUC ...]] [--cfg-options k=v ...]
+
+(a detector's metrics are mmdet's: ``--metric coco/bbox_mAP coco/segm_mAP``).
 
 Several ``--model`` entries of the same label (seeds of one variant) are
 averaged, with their standard deviation as the band of the curve. Prints,
@@ -48,28 +56,81 @@ SWEEPS = {
 #: Transforms after which an AffineWarp goes (each loads what it warps).
 LOADERS = ('LoadImageFromFile', 'LoadAnnotations')
 
+#: PackDetInputs' own meta_keys (mmdet 3.x), for a pipeline that sets none.
+DET_META_KEYS = ('img_id', 'img_path', 'ori_shape', 'img_shape',
+                 'scale_factor', 'flip', 'flip_direction')
 
-def warped_pipeline(pipeline, warp: dict) -> list:
+
+def _type(step: dict) -> str:
+    return step.get('type', '').split('.')[-1]
+
+
+def warped_pipeline(pipeline, warp: dict, instances: bool = False) -> list:
     """``pipeline`` with ``warp`` (an AffineWarp config) inserted after
     every loading transform, so the image and the labels are each warped at
-    the size they are read at."""
+    the size they are read at. With ``instances`` (a detector scored by
+    ``CocoMetric`` without its annotation file), ``InstancesFromLabels``
+    goes before ``PackDetInputs``, which packs the warped instances."""
     out = []
     for step in pipeline:
         out.append(step)
-        if step.get('type', '').split('.')[-1] in LOADERS:
+        if _type(step) in LOADERS:
             out.append(dict(warp))
     if len(out) == len(pipeline):
         raise ValueError('the test pipeline has no LoadImageFromFile / '
                          'LoadAnnotations step to warp after')
+    if not instances:
+        return out
+    if not any(_type(step) == 'LoadAnnotations' for step in out):
+        raise ValueError('the test pipeline loads no annotations: add '
+                         'LoadAnnotations(with_bbox=True[, with_mask=True]) '
+                         'so that the metric can score against the warped '
+                         'labels')
+    packs = [i for i, step in enumerate(out) if _type(step) == 'PackDetInputs']
+    if not packs:
+        raise ValueError('the test pipeline has no PackDetInputs step to '
+                         'pack the warped instances for CocoMetric')
+    pack = dict(out[packs[-1]])
+    keys = tuple(pack.get('meta_keys', DET_META_KEYS))
+    pack['meta_keys'] = keys + ('instances', ) * ('instances' not in keys)
+    out[packs[-1]] = pack
+    out.insert(packs[-1], dict(type='InstancesFromLabels'))
     return out
+
+
+def _evaluators(cfg_evaluator) -> list:
+    return (list(cfg_evaluator) if isinstance(cfg_evaluator,
+                                              (list,
+                                               tuple)) else [cfg_evaluator])
+
+
+def warp_test_cfg(cfg, warp: dict) -> None:
+    """Puts ``warp`` into ``cfg``'s test pipeline and has its metrics score
+    the warped labels: the pipeline's own for metrics that read them
+    (mmseg's), the packed ``instances`` for ``CocoMetric``, whose
+    ``ann_file`` is dropped. A metric that reads its ground truth from a
+    file the warp cannot reach is refused."""
+    coco = []
+    for evaluator in _evaluators(cfg.test_evaluator):
+        kind = evaluator.get('type', '').split('.')[-1]
+        if kind == 'CocoMetric':
+            coco.append(evaluator)
+        elif evaluator.get('ann_file'):
+            raise ValueError(
+                f'test_evaluator {kind}: scores against its ann_file, which '
+                'the warp does not reach (CocoMetric and the metrics that '
+                'read the pipeline\'s labels can be swept)')
+    dataset = cfg.test_dataloader.dataset
+    dataset.pipeline = warped_pipeline(dataset.pipeline, warp, bool(coco))
+    for evaluator in coco:
+        evaluator['ann_file'] = None
 
 
 def evaluate(config: str, checkpoint: str, warp: dict, options) -> dict:
     """Test metrics of ``checkpoint`` with ``warp`` in the test pipeline."""
     from mmhgw.config_utils import checkpoint_metrics
-    return checkpoint_metrics(
-        config, checkpoint, options,
-        change_pipeline=lambda pipeline: warped_pipeline(pipeline, warp))
+    return checkpoint_metrics(config, checkpoint, options,
+                              change_cfg=lambda cfg: warp_test_cfg(cfg, warp))
 
 
 def sweep(models, name: str, values, metrics, options, save=None) -> dict:
