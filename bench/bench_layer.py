@@ -25,7 +25,7 @@ CASES = [  # (channels, batch, H, W)
 
 
 def parse_cases(text):
-    """``'CxBxHxW,...'`` -> ``[(C, B, H, W), ...]``."""
+    """``'CxBxHxW,...'`` -> ``[(C, B, H, W), ...]`` (an argparse type)."""
     cases = []
     for item in text.split(','):
         try:
@@ -33,10 +33,19 @@ def parse_cases(text):
         except ValueError:
             case = ()
         if len(case) != 4 or min(case) < 1:
-            raise ValueError(f'--cases must be comma-separated CxBxHxW '
-                             f'(positive integers), got {item!r}')
+            raise argparse.ArgumentTypeError(
+                f'comma-separated CxBxHxW (positive integers) expected, '
+                f'got {item!r}')
         cases.append(case)
     return cases
+
+
+def add_cases_arg(parser, default):
+    """``--cases`` (``default``: a list of (C, B, H, W)) as parsed cases."""
+    parser.add_argument(
+        '--cases', type=parse_cases,
+        default=','.join('x'.join(map(str, c)) for c in default),
+        help='comma-separated CxBxHxW (channels, batch, height, width)')
 
 
 def params(module):
@@ -138,20 +147,14 @@ def main():
     parser.add_argument('--routing', default='hgw')
     parser.add_argument('--backend', default='auto',
                         help="routing kernels: auto, cpp, triton or torch")
-    parser.add_argument(
-        '--cases', default=','.join('x'.join(map(str, c)) for c in CASES),
-        help='comma-separated CxBxHxW (channels, batch, height, width)')
+    add_cases_arg(parser, CASES)
     parser.add_argument('--repeats', type=int, default=3)
     parser.add_argument('--no-write', action='store_true')
     parser.add_argument('--json', help='also write the measurements here')
     args = parser.parse_args()
-    try:
-        cases = parse_cases(args.cases)
-    except ValueError as err:
-        parser.error(str(err))
     cuda = torch.device(args.device).type == 'cuda'
     results = []
-    for case in cases:
+    for case in args.cases:
         result, solver_cfg = measure_case(*case, args.device, args.routing,
                                           args.backend, args.repeats)
         results.append(result)

@@ -14,7 +14,7 @@ import statistics
 import time
 
 import torch
-from bench_layer import parse_cases
+from bench_layer import add_cases_arg
 
 from mmhgw.benchmarking import markdown_table, write_section
 from mmhgw.models import HGWCaps
@@ -61,19 +61,13 @@ def measure_case(case, rounds):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        '--cases', default='128x2x28x28',
-        help='comma-separated CxBxHxW (channels, batch, height, width)')
+    add_cases_arg(parser, [(128, 2, 28, 28)])
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--no-write', action='store_true')
     args = parser.parse_args()
-    try:
-        cases = parse_cases(args.cases)
-    except ValueError as err:
-        parser.error(str(err))
     if args.rounds < 1:
         parser.error(f'--rounds must be >= 1, got {args.rounds}')
-    rows = [measure_case(case, args.rounds) for case in cases]
+    rows = [measure_case(case, args.rounds) for case in args.cases]
     body = (f'{args.rounds} rounds, the two layers in turn; medians in ms, '
             'the ratio per round (median, range).\n\n' + markdown_table([
                 'case', "fwd+bwd, reg_scope='network'",
