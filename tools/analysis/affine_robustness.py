@@ -56,9 +56,14 @@ SWEEPS = {
 #: Transforms after which an AffineWarp goes (each loads what it warps).
 LOADERS = ('LoadImageFromFile', 'LoadAnnotations')
 
-#: PackDetInputs' own meta_keys (mmdet 3.x), for a pipeline that sets none.
-DET_META_KEYS = ('img_id', 'img_path', 'ori_shape', 'img_shape',
-                 'scale_factor', 'flip', 'flip_direction')
+
+def _det_meta_keys() -> tuple:
+    """PackDetInputs' own meta_keys, for a pipeline that sets none."""
+    import inspect
+
+    from mmdet.datasets.transforms import PackDetInputs
+    return tuple(
+        inspect.signature(PackDetInputs).parameters['meta_keys'].default)
 
 
 def _type(step: dict) -> str:
@@ -91,7 +96,8 @@ def warped_pipeline(pipeline, warp: dict, instances: bool = False) -> list:
         raise ValueError('the test pipeline has no PackDetInputs step to '
                          'pack the warped instances for CocoMetric')
     pack = dict(out[packs[-1]])
-    keys = tuple(pack.get('meta_keys', DET_META_KEYS))
+    keys = pack.get('meta_keys')
+    keys = tuple(_det_meta_keys() if keys is None else keys)
     pack['meta_keys'] = keys + ('instances', ) * ('instances' not in keys)
     out[packs[-1]] = pack
     out.insert(packs[-1], dict(type='InstancesFromLabels'))
