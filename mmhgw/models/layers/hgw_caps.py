@@ -181,9 +181,10 @@ class HGWCaps(BaseModule):
             current, ramped value, as ``beta_U`` in Eq. 27. Without it the
             subcapsules learn from E (their own structure) and from the
             task through the activations alone, nothing pulling them toward
-            the components they are matched with. 0 (default): at weight 1
-            it tied on the built-in lesion set (docs/evidence.md); finite,
-            >= 0.
+            the components they are matched with. 0 (default): on the
+            built-in lesion set it tied at weight 1, and at weight 10 with
+            hard shares, where it does make each location's types
+            specialise (docs/evidence.md); finite, >= 0.
         align_temperature: temperature of the types' shares in the
             alignment term; None (default): the activation's
             ``temperature``. Where the distances of a location spread over
