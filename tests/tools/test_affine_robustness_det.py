@@ -155,3 +155,21 @@ def test_detector_sweep_runs_end_to_end(tmp_path):
     result = json.loads(out.read_text())
     assert set(result['results']['stock']) == {'0.0', '90.0'}
     assert set(result['others']) == {'coco/segm_mAP'}
+
+
+def test_segmentation_metric_for_a_detector_is_refused_before_it_runs(
+        tmp_path, monkeypatch):
+    import tools.analysis.affine_robustness as tool
+    checkpoint = tmp_path / 'det.pth'
+    checkpoint.write_bytes(b'')
+
+    def no_evaluation(*args, **kwargs):
+        raise AssertionError('a model ran')
+
+    monkeypatch.setattr(tool, 'evaluate', no_evaluation)
+    with pytest.raises(ValueError, match='--metric mIoU: model stock.*coco/'):
+        main([
+            '--model', 'stock', STOCK_DET,
+            str(checkpoint), '--values', '0', '90', '--out',
+            str(tmp_path / 'r.json')
+        ])

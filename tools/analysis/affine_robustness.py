@@ -132,6 +132,26 @@ def warp_test_cfg(cfg, warp: dict) -> None:
         evaluator['ann_file'] = None
 
 
+def check_metric_names(models, metrics, options) -> None:
+    """Refuse, before any model runs, a metric that a detector's
+    ``CocoMetric`` cannot report: its names begin with ``coco/``."""
+    from mmengine.config import Config
+
+    from mmhgw.config_utils import merge_cfg_options
+    for label, config, _ in models:
+        cfg = Config.fromfile(config)
+        merge_cfg_options(cfg, options)
+        coco = any(
+            evaluator.get('type', '').split('.')[-1] == 'CocoMetric'
+            for evaluator in _evaluators(cfg.get('test_evaluator') or []))
+        wrong = [m for m in metrics if not m.startswith('coco/')]
+        if coco and wrong:
+            raise ValueError(
+                f'--metric {" ".join(wrong)}: model {label} is scored by '
+                'CocoMetric, whose metrics are named coco/bbox_mAP, '
+                'coco/segm_mAP, coco/bbox_mAP_50, ...')
+
+
 def evaluate(config: str, checkpoint: str, warp: dict, options) -> dict:
     """Test metrics of ``checkpoint`` with ``warp`` in the test pipeline."""
     from mmhgw.config_utils import checkpoint_metrics
@@ -345,6 +365,7 @@ def main(argv=None):
     if earlier and set(metrics) != set(earlier):
         raise ValueError(f'--metric {metrics}: the --merge results have '
                          f'{list(earlier)}')
+    check_metric_names(args.model or [], metrics, args.cfg_options)
     labels = [label for label, _, _ in args.model or []]
     for label in labels:
         if earlier and label in earlier[metrics[0]]:
