@@ -104,28 +104,31 @@ def warped_pipeline(pipeline, warp: dict, instances: bool = False) -> list:
     return out
 
 
-def _evaluators(cfg_evaluator) -> list:
-    return (list(cfg_evaluator) if isinstance(cfg_evaluator,
-                                              (list,
-                                               tuple)) else [cfg_evaluator])
+def _coco_metrics(cfg) -> list:
+    """The ``CocoMetric`` entries of ``cfg``'s test evaluator (a dict or a
+    list of them); any other that reads its ground truth from a file the
+    warp cannot reach is refused."""
+    evaluators = cfg.get('test_evaluator') or []
+    if not isinstance(evaluators, (list, tuple)):
+        evaluators = [evaluators]
+    coco = []
+    for evaluator in evaluators:
+        if _type(evaluator) == 'CocoMetric':
+            coco.append(evaluator)
+        elif evaluator.get('ann_file'):
+            raise ValueError(
+                f'test_evaluator {_type(evaluator)}: scores against its '
+                'ann_file, which the warp does not reach (CocoMetric and the '
+                'metrics that read the pipeline\'s labels can be swept)')
+    return coco
 
 
 def warp_test_cfg(cfg, warp: dict) -> None:
     """Puts ``warp`` into ``cfg``'s test pipeline and has its metrics score
     the warped labels: the pipeline's own for metrics that read them
     (mmseg's), the packed ``instances`` for ``CocoMetric``, whose
-    ``ann_file`` is dropped. A metric that reads its ground truth from a
-    file the warp cannot reach is refused."""
-    coco = []
-    for evaluator in _evaluators(cfg.test_evaluator):
-        kind = evaluator.get('type', '').split('.')[-1]
-        if kind == 'CocoMetric':
-            coco.append(evaluator)
-        elif evaluator.get('ann_file'):
-            raise ValueError(
-                f'test_evaluator {kind}: scores against its ann_file, which '
-                'the warp does not reach (CocoMetric and the metrics that '
-                'read the pipeline\'s labels can be swept)')
+    ``ann_file`` is dropped."""
+    coco = _coco_metrics(cfg)
     dataset = cfg.test_dataloader.dataset
     dataset.pipeline = warped_pipeline(dataset.pipeline, warp, bool(coco))
     for evaluator in coco:
@@ -135,17 +138,20 @@ def warp_test_cfg(cfg, warp: dict) -> None:
 def check_metric_names(models, metrics, options) -> None:
     """Refuse, before any model runs, a metric that a detector's
     ``CocoMetric`` cannot report: its names begin with ``coco/``."""
+    wrong = [m for m in metrics if not m.startswith('coco/')]
+    if not wrong:
+        return
     from mmengine.config import Config
 
     from mmhgw.config_utils import merge_cfg_options
+    checked = set()
     for label, config, _ in models:
+        if config in checked:
+            continue
+        checked.add(config)
         cfg = Config.fromfile(config)
         merge_cfg_options(cfg, options)
-        coco = any(
-            evaluator.get('type', '').split('.')[-1] == 'CocoMetric'
-            for evaluator in _evaluators(cfg.get('test_evaluator') or []))
-        wrong = [m for m in metrics if not m.startswith('coco/')]
-        if coco and wrong:
+        if _coco_metrics(cfg):
             raise ValueError(
                 f'--metric {" ".join(wrong)}: model {label} is scored by '
                 'CocoMetric, whose metrics are named coco/bbox_mAP, '
