@@ -11,8 +11,8 @@ from mmengine.config import Config
 from mmhgw.config_utils import build_config_model, load_offline_config
 from mmhgw.datasets import InstancesFromLabels
 from mmhgw.datasets.synthetic import make_coco_instances
-from tools.analysis.affine_robustness import (main, warp_test_cfg,
-                                              warped_pipeline)
+from tools.analysis.affine_robustness import (coco_metric_names, main,
+                                              warp_test_cfg, warped_pipeline)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 STOCK_DET = osp.join(ROOT, 'configs/demo/mask-rcnn_r50_fpn_demo-shapes.py')
@@ -148,7 +148,7 @@ def test_detector_sweep_runs_end_to_end(tmp_path):
     out = tmp_path / 'rotation.json'
     main([
         '--model', 'stock', STOCK_DET, checkpoint, '--values', '0', '90',
-        '--metric', 'coco/bbox_mAP', 'coco/segm_mAP', '--out',
+        '--out',
         str(out), '--cfg-options', f'test_dataloader.dataset.data_root={data}',
         f'test_evaluator.ann_file={ann}', 'model.test_cfg.rpn.max_per_img=20'
     ])
@@ -157,19 +157,57 @@ def test_detector_sweep_runs_end_to_end(tmp_path):
     assert set(result['others']) == {'coco/segm_mAP'}
 
 
-def test_segmentation_metric_for_a_detector_is_refused_before_it_runs(
-        tmp_path, monkeypatch):
+def test_main_scores_of_a_coco_metric():
+    names = coco_metric_names
+    assert names(dict(type='CocoMetric')) == ('coco', ['coco/bbox_mAP'])
+    both = dict(metric=['bbox', 'segm'], prefix='det')
+    assert names(both) == ('det', ['det/bbox_mAP', 'det/segm_mAP'])
+    items = dict(metric='segm', metric_items=['mAP_50'])
+    assert names(items)[1] == ['coco/segm_mAP_50']
+    assert names(dict(metric='proposal'))[1] == ['coco/AR@100']
+
+
+@pytest.fixture
+def no_model_runs(monkeypatch):
     import tools.analysis.affine_robustness as tool
-    checkpoint = tmp_path / 'det.pth'
-    checkpoint.write_bytes(b'')
 
     def no_evaluation(*args, **kwargs):
         raise AssertionError('a model ran')
 
     monkeypatch.setattr(tool, 'evaluate', no_evaluation)
+
+
+def test_metric_a_detector_cannot_report_is_refused_before_it_runs(
+        tmp_path, no_model_runs):
+    checkpoint = tmp_path / 'det.pth'
+    checkpoint.write_bytes(b'')
+    args = [
+        '--model', 'stock', STOCK_DET,
+        str(checkpoint), '--values', '0', '90', '--out',
+        str(tmp_path / 'r.json')
+    ]
     with pytest.raises(ValueError, match='--metric mIoU: model stock.*coco/'):
+        main([*args, '--metric', 'mIoU'])
+    # The names follow the evaluator's prefix.
+    with pytest.raises(ValueError,
+                       match='--metric coco/bbox_mAP:.*det/bbox_mAP'):
         main([
-            '--model', 'stock', STOCK_DET,
+            *args, '--metric', 'coco/bbox_mAP', '--cfg-options',
+            'test_evaluator.prefix=det'
+        ])
+
+
+def test_models_of_both_kinds_need_the_metric_named(tmp_path, seg_config,
+                                                    seg_checkpoint,
+                                                    no_model_runs):
+    checkpoint = tmp_path / 'det.pth'
+    checkpoint.write_bytes(b'')
+    with pytest.raises(
+            ValueError, match='--metric is needed.*seg: mIoU.*'
+            'det: coco/bbox_mAP coco/segm_mAP'):
+        main([
+            '--model', 'seg', seg_config, seg_checkpoint, '--model', 'det',
+            STOCK_DET,
             str(checkpoint), '--values', '0', '90', '--out',
             str(tmp_path / 'r.json')
         ])

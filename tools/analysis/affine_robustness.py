@@ -19,7 +19,9 @@ model::
         [--image docs/images/robustness_rotation.png] \\
         [--metric mIoU [sep/AUC ...]] [--cfg-options k=v ...]
 
-(a detector's metrics are mmdet's: ``--metric coco/bbox_mAP coco/segm_mAP``).
+(by default ``mIoU`` for segmentors and, for detectors, the main score of
+each kind their ``CocoMetric`` evaluates: ``coco/bbox_mAP coco/segm_mAP``
+for Mask R-CNN).
 
 Several ``--model`` entries of the same label (seeds of one variant) are
 averaged, with their standard deviation as the band of the curve. Prints,
@@ -135,27 +137,66 @@ def warp_test_cfg(cfg, warp: dict) -> None:
         evaluator['ann_file'] = None
 
 
-def check_metric_names(models, metrics, options) -> None:
-    """Refuse, before any model runs, a metric that a detector's
-    ``CocoMetric`` cannot report: its names begin with ``coco/``."""
-    wrong = [m for m in metrics if not m.startswith('coco/')]
-    if not wrong:
-        return
+def coco_metric_names(evaluator: dict) -> tuple:
+    """``(prefix, main)`` of a ``CocoMetric`` config: the prefix of every
+    name it reports (``'coco'`` unless set) and the main score of each kind
+    it evaluates, in order: ``<prefix>/bbox_mAP``, ``<prefix>/segm_mAP``
+    (``metric_items``' first where they leave out ``mAP``), and for
+    proposals ``<prefix>/AR@100`` (or the first of ``metric_items``)."""
+    prefix = evaluator.get('prefix') or 'coco'
+    kinds = evaluator.get('metric', 'bbox')
+    items = evaluator.get('metric_items')
+    main = []
+    for kind in [kinds] if isinstance(kinds, str) else kinds:
+        if kind in ('bbox', 'segm'):
+            item = 'mAP' if not items or 'mAP' in items else items[0]
+            main.append(f'{prefix}/{kind}_{item}')
+        else:  # proposal, proposal_fast: recalls, named without the kind
+            main.append(f'{prefix}/{items[0] if items else "AR@100"}')
+    return prefix, main
+
+
+def resolve_metrics(models, metrics, options) -> list:
+    """The metrics to record, checked before any model runs. Given, each
+    must be one a detector's ``CocoMetric`` can report (its names begin
+    with its prefix, ``coco/`` unless set); with none given, the main
+    scores of the models' kind: ``mIoU`` for segmentors, those of
+    :func:`coco_metric_names` for detectors (models of both kinds need
+    ``--metric``). Each config is loaded once."""
     from mmengine.config import Config
 
     from mmhgw.config_utils import merge_cfg_options
-    checked = set()
+    scored = {}  # config -> (label, CocoMetric names or None)
     for label, config, _ in models:
-        if config in checked:
+        if config not in scored:
+            cfg = Config.fromfile(config)
+            merge_cfg_options(cfg, options)
+            coco = [coco_metric_names(e) for e in _coco_metrics(cfg)]
+            scored[config] = (label, coco or None)
+    for label, coco in scored.values():
+        if coco is None or metrics is None:
             continue
-        checked.add(config)
-        cfg = Config.fromfile(config)
-        merge_cfg_options(cfg, options)
-        if _coco_metrics(cfg):
+        prefixes = tuple(f'{prefix}/' for prefix, _ in coco)
+        wrong = [m for m in metrics if not m.startswith(prefixes)]
+        if wrong:
+            names = ', '.join(n for _, main in coco for n in main)
             raise ValueError(
                 f'--metric {" ".join(wrong)}: model {label} is scored by '
-                'CocoMetric, whose metrics are named coco/bbox_mAP, '
-                'coco/segm_mAP, coco/bbox_mAP_50, ...')
+                f'CocoMetric, whose metrics are named {names}, ...')
+    if metrics:
+        return metrics
+    defaults = {
+        label: ['mIoU'] if coco is None else list(
+            dict.fromkeys(n for _, main in coco for n in main))
+        for label, coco in scored.values()
+    }
+    kinds = {tuple(names) for names in defaults.values()}
+    if len(kinds) > 1:
+        raise ValueError(
+            '--metric is needed: the models\' main scores differ (' +
+            '; '.join(f'{label}: {" ".join(names)}'
+                      for label, names in defaults.items()) + ')')
+    return list(kinds.pop()) if kinds else ['mIoU']
 
 
 def evaluate(config: str, checkpoint: str, warp: dict, options) -> dict:
@@ -333,9 +374,10 @@ def parse_args(argv=None):
                         help='the sweep\'s values (with --model)')
     parser.add_argument(
         '--metric', nargs='+',
-        help='test metrics to record (default mIoU); the first is '
-        'plotted and is the JSON\'s "results", the others '
-        'go to "others"')
+        help='test metrics to record (default: mIoU for segmentors, '
+        'coco/bbox_mAP and coco/segm_mAP for Mask R-CNN, as its '
+        'CocoMetric evaluates); the first is plotted and is the JSON\'s '
+        '"results", the others go to "others"')
     parser.add_argument(
         '--merge', nargs='+', metavar='JSON',
         help='outputs of earlier runs of this tool to '
@@ -367,11 +409,11 @@ def main(argv=None):
     if name is None:
         name = load_results(args.merge[0])[0] if args.merge else 'rotation'
     earlier = merge({}, name, args.merge or [])
-    metrics = args.metric or (list(earlier) if earlier else ['mIoU'])
+    metrics = args.metric or (list(earlier) if earlier else None)
     if earlier and set(metrics) != set(earlier):
         raise ValueError(f'--metric {metrics}: the --merge results have '
                          f'{list(earlier)}')
-    check_metric_names(args.model or [], metrics, args.cfg_options)
+    metrics = resolve_metrics(args.model or [], metrics, args.cfg_options)
     labels = [label for label, _, _ in args.model or []]
     for label in labels:
         if earlier and label in earlier[metrics[0]]:
