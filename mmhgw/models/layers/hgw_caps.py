@@ -171,8 +171,9 @@ class HGWCaps(BaseModule):
             E scored lower in four seeds of five (within the spread); over
             long schedules E's gradient bends the encoder until the layer's
             distances barely vary over the image, and ``'layer'`` kept more
-            of a task decided by the arrangement of parts
-            (docs/evidence.md).
+            of a task decided by the arrangement of parts, beyond the
+            seed spread; the default moves when the real sets agree at
+            that length (docs/evidence.md).
         align_weight: weight of the alignment term of Eq. 27, by which the
             paper updates the embeddings at the plan: the loss gains
             ``align_weight * beta * A``, ``A`` the :func:`alignment` of the
