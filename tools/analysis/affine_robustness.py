@@ -166,36 +166,31 @@ def resolve_metrics(models, metrics, options) -> list:
     from mmengine.config import Config
 
     from mmhgw.config_utils import merge_cfg_options
-    scored = {}  # config -> (label, CocoMetric names or None)
+    scored = {}  # config -> (label, CocoMetric prefixes or (), main scores)
     for label, config, _ in models:
-        if config not in scored:
-            cfg = Config.fromfile(config)
-            merge_cfg_options(cfg, options)
-            coco = [coco_metric_names(e) for e in _coco_metrics(cfg)]
-            scored[config] = (label, coco or None)
-    for label, coco in scored.values():
-        if coco is None or metrics is None:
+        if config in scored:
             continue
+        cfg = Config.fromfile(config)
+        merge_cfg_options(cfg, options)
+        coco = [coco_metric_names(e) for e in _coco_metrics(cfg)]
         prefixes = tuple(f'{prefix}/' for prefix, _ in coco)
-        wrong = [m for m in metrics if not m.startswith(prefixes)]
-        if wrong:
-            names = ', '.join(n for _, main in coco for n in main)
-            raise ValueError(
-                f'--metric {" ".join(wrong)}: model {label} is scored by '
-                f'CocoMetric, whose metrics are named {names}, ...')
+        main = list(dict.fromkeys(n for _, names in coco for n in names))
+        scored[config] = (label, prefixes, main or ['mIoU'])
     if metrics:
+        for label, prefixes, main in scored.values():
+            wrong = [m for m in metrics if not m.startswith(prefixes)]
+            if prefixes and wrong:
+                raise ValueError(
+                    f'--metric {" ".join(wrong)}: model {label} is scored '
+                    f'by CocoMetric, whose metrics are named '
+                    f'{", ".join(main)}, ...')
         return metrics
-    defaults = {
-        label: ['mIoU'] if coco is None else list(
-            dict.fromkeys(n for _, main in coco for n in main))
-        for label, coco in scored.values()
-    }
-    kinds = {tuple(names) for names in defaults.values()}
+    kinds = {tuple(main) for _, _, main in scored.values()}
     if len(kinds) > 1:
         raise ValueError(
             '--metric is needed: the models\' main scores differ (' +
-            '; '.join(f'{label}: {" ".join(names)}'
-                      for label, names in defaults.items()) + ')')
+            '; '.join(f'{label}: {" ".join(main)}'
+                      for label, _, main in scored.values()) + ')')
     return list(kinds.pop()) if kinds else ['mIoU']
 
 
