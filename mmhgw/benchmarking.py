@@ -13,6 +13,8 @@ import time
 
 import torch
 
+from mmhgw import doc_sections
+
 #: The report the scripts write by default: the repository's
 #: docs/benchmarks.md (the package is installed editable, from a clone).
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -147,20 +149,12 @@ def write_section(key, title, body, device='cpu', info=None, doc=DOC):
     command, machine and date."""
     info = info or run_info(device)
     via = f' (run by `{info["via"]}`)' if info.get('via') else ''
-    section = (f'<!-- {key}:begin -->\n## {title}\n\n'
+    section = (f'## {title}\n\n'
                f'Command: `{info["command"]}`{via}  \n'
                f'Machine: {info["machine"]}  \n'
-               f'Date: {info["date"]}\n\n{body}\n<!-- {key}:end -->')
-    text = open(doc).read() if os.path.exists(doc) else \
-        '# Benchmarks\n\nEach section is written by the script it names.\n'
-    pattern = re.compile(
-        f'<!-- {re.escape(key)}:begin -->.*?'
-        f'<!-- {re.escape(key)}:end -->', re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text)
-    else:
-        text = text.rstrip('\n') + '\n\n' + section + '\n'
-    os.makedirs(os.path.dirname(os.path.abspath(doc)), exist_ok=True)
-    with open(doc, 'w') as f:
-        f.write(text)
+               f'Date: {info["date"]}\n\n{body}')
+    doc_sections.write_section(
+        doc, key, section,
+        new_page='# Benchmarks\n\nEach section is written by the script it '
+        'names.\n')
     print(f'wrote section {key!r} of {doc}')

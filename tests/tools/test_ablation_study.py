@@ -70,14 +70,15 @@ def test_study_trains_tests_and_reports(tmp_path):
     assert '(2 runs, ' in report  # the runs' own wall time
     image = tmp_path / 'docs' / 'images' / 'ablations.png'
     assert image.stat().st_size > 1000
-    # A second call reuses the finished runs and keeps the notes written
-    # under the marker.
-    notes = '<!-- notes -->\n## Reading\nA null result.\n'
-    with open(tmp_path / 'docs' / 'ablations.md', 'a') as f:
-        f.write('\n' + notes)
+    assert report.startswith('# Ablation study\n')
+    # A second call reuses the finished runs and rewrites its section
+    # only: what was written by hand around it stays.
+    intro, notes = 'An opening by hand.\n', '\n## Reading\nA null result.\n'
+    path = tmp_path / 'docs' / 'ablations.md'
+    path.write_text(report.replace('# Ablation study\n', intro) + notes)
     assert 'training 2 iterations' not in run_study(tmp_path)
-    report = (tmp_path / 'docs' / 'ablations.md').read_text()
-    assert report.endswith(notes)
+    report = path.read_text()
+    assert report.startswith(intro) and report.endswith(notes)
     assert sum(line.startswith('| stock') for line in report.splitlines()) == 1
 
 
@@ -196,6 +197,16 @@ def test_base_channels_is_checked(study, monkeypatch, capsys, argv, message):
     with pytest.raises(SystemExit):
         study.parse_args()
     assert message in capsys.readouterr().err
+
+
+def test_out_page_with_broken_markers_is_refused_before_any_run(
+        study, monkeypatch, capsys, tmp_path):
+    out = tmp_path / 'evidence.md'
+    out.write_text('# Evidence\n<!-- study:begin -->\nno end line\n')
+    monkeypatch.setattr(sys, 'argv', ['ablation_study.py', '--out', str(out)])
+    with pytest.raises(SystemExit):
+        study.parse_args()
+    assert f'--out {out}:' in capsys.readouterr().err
 
 
 def test_results_of_other_settings_are_not_mixed_in(tmp_path):

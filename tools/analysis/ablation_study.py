@@ -26,8 +26,10 @@ a bar chart with error bars.
 
 Finished runs (``result.json`` in their work directory) are reused, so an
 interrupted study continues where it stopped; ``--rerun`` trains anew.
-Text after a line ``<!-- notes -->`` in an existing report (a reading of
-the results) is kept when the report is written again.
+The report is the section ``study`` of ``--out`` (between the lines
+``<!-- study:begin -->`` and ``<!-- study:end -->``, appended to a page
+without it): the rest of the page, a reading of the results written by
+hand, say, is kept when the study writes it again.
 """
 import argparse
 import datetime
@@ -41,6 +43,7 @@ import sys
 import time
 
 from mmhgw.analysis.paired import fmt_interval, mean_std
+from mmhgw.doc_sections import put_section, write_section
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -499,7 +502,8 @@ def bar_chart(tasks, variants, results, path):
     plt.close(fig)
 
 
-NOTES_MARKER = '<!-- notes -->'
+#: The section of ``--out`` that the report fills.
+SECTION = 'study'
 
 
 def report(args, tasks, results, params, duration):
@@ -518,7 +522,6 @@ def report(args, tasks, results, params, duration):
     image_rel = osp.relpath(osp.abspath(args.image),
                             osp.dirname(osp.abspath(args.out)))
     parts = [
-        f'# {args.title}\n',
         f'Written by `tools/analysis/ablation_study.py` on '
         f'{datetime.date.today().isoformat()} ({duration}). Every '
         f'variant trained with `tools/train.py` and evaluated with '
@@ -578,8 +581,9 @@ def parse_args():
         '--iters', type=int,
         help='training iterations (schedule, beta warm-up '
         'and checkpoint follow); default: the config\'s')
-    parser.add_argument('--title', default='Ablation study',
-                        help='heading of the report')
+    parser.add_argument(
+        '--title', default='Ablation study',
+        help='heading of a new report page (an existing page keeps its own)')
     parser.add_argument(
         '--base-channels', type=int,
         help='first-stage width of every model (UNet: base_channels, heads '
@@ -607,6 +611,11 @@ def parse_args():
                          f'{sorted(WIDTHS)}; not to {others}')
     if args.iters is not None and args.iters < 1:
         parser.error(f'--iters must be >= 1, got {args.iters}')
+    if osp.exists(args.out):
+        try:  # before any run, not after the last
+            put_section(open(args.out).read(), SECTION, '')
+        except ValueError as err:
+            parser.error(f'--out {args.out}: {err}')
     return args
 
 
@@ -638,14 +647,7 @@ def main():
         duration = f'this invocation {minutes:.0f} min'
     bar_chart(args.tasks, args.variants, results, args.image)
     text = report(args, args.tasks, results, params, duration)
-    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-    if osp.exists(args.out):
-        with open(args.out) as f:
-            old = f.read()
-        if NOTES_MARKER in old:
-            text += '\n' + old[old.index(NOTES_MARKER):]
-    with open(args.out, 'w') as f:
-        f.write(text)
+    write_section(args.out, SECTION, text, new_page=f'# {args.title}\n')
     print('\n' + text)
     print(f'written to {args.out} and {args.image}')
 
