@@ -172,8 +172,9 @@ class HGWCaps(BaseModule):
             long schedules E's gradient bends the encoder until the layer's
             distances barely vary over the image, and ``'layer'`` kept more
             of a task decided by the arrangement of parts, beyond the
-            seed spread; the default moves when the real sets agree at
-            that length (docs/evidence.md).
+            seed spread; on the real sets at that length every model
+            ties, stock included, so they cannot move the default yet
+            (docs/evidence.md).
         align_weight: weight of the alignment term of Eq. 27, by which the
             paper updates the embeddings at the plan: the loss gains
             ``align_weight * beta * A``, ``A`` the :func:`alignment` of the
