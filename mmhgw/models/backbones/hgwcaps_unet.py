@@ -21,12 +21,11 @@ if SEG_MODELS is not None:
     @SEG_MODELS.register_module()
     class HGWCapsUNet(CapsuleSwapMixin, UNet):
         """Stock mmseg ``UNet`` with HGW capsules in the 3x3 convolutions of
-        chosen encoder and decoder stages (default: the deepest of each,
-        0.28x the stock parameters at 64 base channels). The paper does not
-        say where its capsule UNet's layers sit; its parameter share, 0.75x,
-        is that of the deepest decoder stage alone
-        (``enc_with_hgw=(False,) * 5``, 0.76x), which tied this default in
-        a two-seed pilot (docs/evidence.md).
+        chosen encoder and decoder stages (default: the deepest of each).
+        The paper does not say where its capsule UNet's layers sit; its
+        parameter share, three quarters of the stock UNet's, is that of
+        capsules in the deepest decoder stage alone
+        (``enc_with_hgw=(False,) * 5``); docs/evidence.md compares the two.
 
         Stock arguments keep their positions (``HGWCapsUNet(3, 64, 5)`` is
         ``UNet(3, 64, 5)`` with capsules); the capsule options are
