@@ -199,6 +199,33 @@ def test_base_channels_is_checked(study, monkeypatch, capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+def test_placement_variant_moves_the_unet_capsules_and_is_seg_only(
+        study, monkeypatch, capsys):
+    from mmengine.config import Config, DictAction
+
+    from mmhgw.models.backbones.hgwcaps_unet import HGWCapsUNet
+
+    class Args:
+        family = 'crop128'
+
+    cfg = Config.fromfile(osp.join(ROOT, study.config_of(Args, 'seg', 'hgw')))
+    cfg.merge_from_dict({
+        k: DictAction._parse_iterable(v)
+        for k, v in (o.split('=', 1)
+                     for o in study.variant_options('dec_only', 'seg'))
+    })
+    kwargs = {k: v for k, v in cfg.model.backbone.items() if k != 'type'}
+    kwargs.update(base_channels=4, init_cfg=None)
+    assert HGWCapsUNet(**kwargs).hgw_layers == ['decoder.3.conv_block']
+    monkeypatch.setattr(sys, 'argv', [
+        'ablation_study.py', '--tasks', 'det', '--variants', 'hgw', 'dec_only'
+    ])
+    with pytest.raises(SystemExit):
+        study.parse_args()
+    err = capsys.readouterr().err
+    assert "variant 'dec_only' exists for the tasks ['seg']" in err
+
+
 def test_out_page_with_broken_markers_is_refused_before_any_run(
         study, monkeypatch, capsys, tmp_path):
     out = tmp_path / 'evidence.md'

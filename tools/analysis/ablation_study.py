@@ -91,7 +91,8 @@ _CAPS = 'model.backbone.hgw_cfg.'
 #: Variant -> (description, model of the family it starts from, options).
 #: Every variant but the stock ones is the HGWCaps model with one setting
 #: of its capsule layers changed, so that a variant means the same in every
-#: family.
+#: family; options given per task (a dict) change the backbone itself and
+#: exist for those tasks only.
 VARIANTS = {
     'stock': ('stock model, no capsules', 'stock', []),
     'narrow': ('stock model narrowed to the HGWCaps parameter count', 'narrow',
@@ -132,7 +133,28 @@ VARIANTS = {
                        _CAPS + 'align_weight=1.0',
                        _CAPS + 'align_temperature=0.01'
                    ]),
+    'dec_only': ('capsules in the deepest decoder stage only, not also in '
+                 'the deepest encoder stage (the paper\'s parameter share)',
+                 'hgw', {
+                     'seg': [
+                         'model.backbone.enc_with_hgw='
+                         '[False,False,False,False,False]'
+                     ]
+                 }),
 }
+
+
+def variant_options(variant: str, task: str) -> list:
+    """The ``--cfg-options`` that turn the family's model into
+    ``variant`` for ``task``."""
+    options = VARIANTS[variant][2]
+    if not isinstance(options, dict):
+        return options
+    if task not in options:
+        raise SystemExit(f'variant {variant!r} exists for the tasks '
+                         f'{sorted(options)}, not for {task!r}')
+    return options[task]
+
 
 TASKS = {
     # The threshold-free scores (SeparabilityMetric) tell a model that
@@ -309,7 +331,8 @@ def model_options(args, task, variant):
         base = (matched_width(args, task)
                 if VARIANTS[variant][1] == 'narrow' else args.base_channels)
         width = WIDTHS[task](base)
-    return width + VARIANTS[variant][2] + list(args.cfg_options or [])
+    return width + variant_options(variant, task) + list(args.cfg_options
+                                                         or [])
 
 
 def train_and_test(task, variant, seed, args):
@@ -611,6 +634,12 @@ def parse_args():
                          f'{sorted(WIDTHS)}; not to {others}')
     if args.iters is not None and args.iters < 1:
         parser.error(f'--iters must be >= 1, got {args.iters}')
+    for task in args.tasks:
+        for variant in args.variants:
+            try:
+                variant_options(variant, task)
+            except SystemExit as err:
+                parser.error(f'--variants: {err}')
     if osp.exists(args.out):
         try:  # before any run, not after the last
             put_section(open(args.out).read(), SECTION, '')
