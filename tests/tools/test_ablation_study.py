@@ -24,6 +24,15 @@ def study():
     return module
 
 
+def merge_options(cfg, options):
+    """Merge ``key=value`` strings into ``cfg`` as ``--cfg-options`` does."""
+    from mmengine.config import DictAction
+    cfg.merge_from_dict({
+        k: DictAction._parse_iterable(v)
+        for k, v in (o.split('=', 1) for o in options)
+    })
+
+
 def run_study(tmp_path, *extra):
     cmd = [
         sys.executable, 'tools/analysis/ablation_study.py', '--variants',
@@ -201,7 +210,7 @@ def test_base_channels_is_checked(study, monkeypatch, capsys, argv, message):
 
 def test_placement_variant_moves_the_unet_capsules_and_is_seg_only(
         study, monkeypatch, capsys):
-    from mmengine.config import Config, DictAction
+    from mmengine.config import Config
 
     from mmhgw.models.backbones.hgwcaps_unet import HGWCapsUNet
 
@@ -209,11 +218,7 @@ def test_placement_variant_moves_the_unet_capsules_and_is_seg_only(
         family = 'crop128'
 
     cfg = Config.fromfile(osp.join(ROOT, study.config_of(Args, 'seg', 'hgw')))
-    cfg.merge_from_dict({
-        k: DictAction._parse_iterable(v)
-        for k, v in (o.split('=', 1)
-                     for o in study.variant_options('dec_only', 'seg'))
-    })
+    merge_options(cfg, study.variant_options('dec_only', 'seg'))
     kwargs = {k: v for k, v in cfg.model.backbone.items() if k != 'type'}
     kwargs.update(base_channels=4, init_cfg=None)
     assert HGWCapsUNet(**kwargs).hgw_layers == ['decoder.3.conv_block']
@@ -271,7 +276,7 @@ def test_capsule_variants_name_real_layer_arguments(study, variant):
     # config, build a layer that differs from the shipped one as described.
     import warnings
 
-    from mmengine.config import Config, DictAction
+    from mmengine.config import Config
 
     from mmhgw.models import HGWCaps
 
@@ -284,10 +289,7 @@ def test_capsule_variants_name_real_layer_arguments(study, variant):
         64, 64, 3,
         **{k: v
            for k, v in cfg.model.backbone.hgw_cfg.items() if k != 'type'})
-    cfg.merge_from_dict({
-        k: DictAction._parse_iterable(v)
-        for k, v in (o.split('=', 1) for o in study.VARIANTS[variant][2])
-    })
+    merge_options(cfg, study.VARIANTS[variant][2])
     with warnings.catch_warnings():
         warnings.simplefilter('error', DeprecationWarning)
         layer = HGWCaps(

@@ -43,7 +43,7 @@ import sys
 import time
 
 from mmhgw.analysis.paired import fmt_interval, mean_std
-from mmhgw.doc_sections import put_section, write_section
+from mmhgw.doc_sections import check_section, write_section
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -641,8 +641,10 @@ def parse_args():
             except SystemExit as err:
                 parser.error(f'--variants: {err}')
     if osp.exists(args.out):
+        with open(args.out) as f:
+            text = f.read()
         try:  # before any run, not after the last
-            put_section(open(args.out).read(), SECTION, '')
+            check_section(text, SECTION)
         except ValueError as err:
             parser.error(f'--out {args.out}: {err}')
     return args
