@@ -231,6 +231,41 @@ def test_placement_variant_moves_the_unet_capsules_and_is_seg_only(
     assert "variant 'dec_only' exists for the tasks ['seg']" in err
 
 
+def test_narrowed_control_of_a_placement_matches_its_parameter_count(study):
+    """``narrow_dec_only`` is the stock UNet at the width nearest the
+    decoder-only capsule UNet's count, at a given width and at the
+    family's own (where ``narrow`` keeps its config file's fixed width)."""
+
+    class Args:
+        family = 'crop128'
+        base_channels = 16
+        cfg_options = None
+
+    def params(variant):
+        return study.count_parameters(
+            study.config_of(Args, 'seg', variant),
+            study.model_options(Args, 'seg', variant))
+
+    options = study.model_options(Args, 'seg', 'narrow_dec_only')
+    base = int(options[0].split('=')[1])
+    assert study.config_of(Args, 'seg', 'narrow_dec_only') == \
+        study.config_of(Args, 'seg', 'stock')
+    # Wider than the shipped placement's control: dec_only has more weights.
+    assert base > study.matched_width(Args, 'seg', 'narrow')
+    target = params('dec_only')
+    gaps = {}
+    for b in (base - 1, base, base + 1):
+        Args.base_channels = b
+        gaps[b] = abs(params('stock') - target)
+    assert min(gaps, key=gaps.get) == base
+    Args.base_channels = None
+    assert study.model_options(Args, 'seg', 'narrow') == []
+    full = study.model_options(Args, 'seg', 'narrow_dec_only')
+    assert full == study.unet_width(
+        study.matched_width(Args, 'seg', 'narrow_dec_only'))
+    assert abs(params('narrow_dec_only') / params('dec_only') - 1) < 0.05
+
+
 def test_out_page_with_broken_markers_is_refused_before_any_run(
         study, monkeypatch, capsys, tmp_path):
     out = tmp_path / 'evidence.md'

@@ -10,8 +10,10 @@ layout, mIoU / mDice; with ``--tasks seg det`` also the shapes set, Mask
 R-CNN, COCO layout, bbox / segm mAP), or on any data root of the task's
 layout (``--data-root``, e.g. a real ISIC-2018-layout set, with
 ``--family crop128`` for structures a few pixels wide). Variants other
-than the stock ones are the family's HGWCaps config with one capsule
-setting changed (``VARIANTS``). Writes a markdown report (mean +- std over
+than the stock ones are the family's HGWCaps config with one setting
+changed (``VARIANTS``); a narrowed stock variant is the stock model at the
+width that matches one capsule variant's parameter count (``MATCHES``).
+Writes a markdown report (mean +- std over
 seeds; differences paired by seed to HGW routing and to the stock model,
 with 95% confidence intervals; parameters; training time per iteration) and
 a bar chart with error bars.
@@ -141,7 +143,16 @@ VARIANTS = {
                          '[False,False,False,False,False]'
                      ]
                  }),
+    'narrow_dec_only': ('stock model narrowed to the dec_only parameter '
+                        'count', 'stock', {'seg': []}),
 }
+
+#: Narrowed stock variant -> the HGWCaps variant whose parameter count it
+#: matches. ``narrow`` at the family's own width is the family's narrowed
+#: config (its width fixed in the file); every other case, and every width
+#: under ``--base-channels``, is the stock model at the width found by
+#: ``matched_width``.
+MATCHES = {'narrow': 'hgw', 'narrow_dec_only': 'dec_only'}
 
 
 def variant_options(variant: str, task: str) -> list:
@@ -293,18 +304,24 @@ def count_parameters(config, options):
     return sum(p.numel() for p in model.parameters())
 
 
-def matched_width(args, task):
-    """The first-stage width of the narrowed stock model at
-    ``--base-channels``: the one whose parameter count is nearest the HGWCaps
-    model's at that width (the count grows with the width, so a bisection
-    finds it)."""
-    key = (args.family, task, args.base_channels)
+def matched_width(args, task, variant='narrow'):
+    """The first-stage width of the narrowed stock model ``variant``: the
+    one whose parameter count is nearest that of the HGWCaps variant it
+    matches (``MATCHES``), both at ``--base-channels`` (at the family's own
+    width without it). The count grows with the width, so a bisection finds
+    it."""
+    extra = list(args.cfg_options or [])
+    key = (args.family, task, args.base_channels, variant, tuple(extra))
     if key not in _MATCHED:
-        width, extra = WIDTHS[task], list(args.cfg_options or [])
-        target = count_parameters(config_of(args, task, 'hgw'),
-                                  width(args.base_channels) + extra)
+        width, target_variant = WIDTHS[task], MATCHES[variant]
         stock = config_of(args, task, 'stock')
-        low, high = 1, args.base_channels
+        top = args.base_channels
+        if top is None:
+            top = merged_config(stock, extra).model.backbone.base_channels
+        target = count_parameters(
+            config_of(args, task, target_variant),
+            width(top) + variant_options(target_variant, task) + extra)
+        low, high = 1, top
         while low < high:  # the smallest width with at least the target
             mid = (low + high) // 2
             if count_parameters(stock, width(mid) + extra) < target:
@@ -322,15 +339,21 @@ def matched_width(args, task):
 _MATCHED = {}
 
 
+def width_is_matched(args, variant):
+    """Whether ``variant`` is a narrowed stock model whose width
+    ``matched_width`` finds, rather than one its config file fixes."""
+    return variant in MATCHES and (args.base_channels is not None
+                                   or VARIANTS[variant][1] != 'narrow')
+
+
 def model_options(args, task, variant):
     """The ``--cfg-options`` of a variant's model: its width under
     ``--base-channels`` (the narrowed stock model's matched to HGWCaps'
     parameter count), its setting (``VARIANTS``), then ``--cfg-options``."""
-    width = []
-    if args.base_channels is not None:
-        base = (matched_width(args, task)
-                if VARIANTS[variant][1] == 'narrow' else args.base_channels)
-        width = WIDTHS[task](base)
+    base = args.base_channels
+    if width_is_matched(args, variant):
+        base = matched_width(args, task, variant)
+    width = [] if base is None else WIDTHS[task](base)
     return width + variant_options(variant, task) + list(args.cfg_options
                                                          or [])
 
@@ -559,14 +582,19 @@ def report(args, tasks, results, params, duration):
         f'Runner\'s logged training time per iteration, the first left '
         f'out.\n'
     ]
-    if args.base_channels is not None:
-        narrowed = ''
-        if any(VARIANTS[v][1] == 'narrow' for v in args.variants):
-            narrowed = (f'; the narrowed stock model at '
-                        f'{matched_width(args, tasks[0])}, the width whose '
-                        f'parameter count is nearest HGWCaps\'')
-        parts.append(f'Models at {args.base_channels} channels in their '
-                     f'first stage (`--base-channels`){narrowed}.\n')
+    narrowed = [
+        f'`{v}` at {matched_width(args, tasks[0], v)}' for v in args.variants
+        if width_is_matched(args, v)
+    ]
+    if args.base_channels is not None or narrowed:
+        at = ('Models at their configs\' widths' if args.base_channels is None
+              else f'Models at {args.base_channels} channels in their first '
+              f'stage (`--base-channels`)')
+        if narrowed:
+            at += ('; the narrowed stock models at the width whose parameter '
+                   'count is nearest the capsule model they match: ' +
+                   ', '.join(narrowed))
+        parts.append(at + '.\n')
     if args.cfg_options:
         parts.append('Options for every run: `' + ' '.join(args.cfg_options) +
                      '`.\n')
@@ -610,8 +638,9 @@ def parse_args():
     parser.add_argument(
         '--base-channels', type=int,
         help='first-stage width of every model (UNet: base_channels, heads '
-        'alike); the narrowed stock model gets the width that matches '
-        'HGWCaps\' parameter count at it. Default: each config\'s own')
+        'alike); a narrowed stock model gets the width that matches its '
+        'capsule model\'s parameter count at it. Default: each config\'s '
+        'own')
     parser.add_argument('--cfg-options', nargs='+', default=None,
                         help='key=value options for every train / test run')
     parser.add_argument('--rerun', action='store_true',
