@@ -16,12 +16,17 @@ def check_section(text: str, key: str) -> None:
     """Raise ValueError unless ``text`` has section ``key`` once, with its
     begin and end lines, or not at all."""
     found = len(_pattern(key).findall(text))
-    begins = len(re.findall(f'^<!-- {re.escape(key)}:begin -->$', text, re.M))
-    if found > 1 or begins != found:
+
+    def lines(marker):
+        return len(
+            re.findall(f'^<!-- {re.escape(key)}:{marker} -->$', text, re.M))
+
+    begins, ends = lines('begin'), lines('end')
+    if found > 1 or begins != found or ends != found:
         raise ValueError(
-            f'the page has {begins} begin markers of section {key!r} and '
-            f'{found} complete sections; expected one begin and one '
-            f'end line, or none')
+            f'the page has {begins} begin and {ends} end markers of section '
+            f'{key!r} and {found} complete sections; expected one begin and '
+            f'one end line, or none')
 
 
 def put_section(text: str, key: str, body: str) -> str:
@@ -41,8 +46,13 @@ def write_section(path: str, key: str, body: str, new_page: str) -> None:
     """Put section ``key`` holding ``body`` into the page at ``path``;
     a page that does not exist yet starts as ``new_page`` (e.g. its
     heading)."""
-    text = open(path).read() if os.path.exists(path) else new_page
+    text = new_page
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
     text = put_section(text, key, body)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, 'w') as f:
+    # Whole or not at all: an interrupted write must not cut the page.
+    with open(path + '.tmp', 'w') as f:
         f.write(text)
+    os.replace(path + '.tmp', path)

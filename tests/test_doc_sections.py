@@ -29,6 +29,8 @@ def test_page_without_the_section_gets_it_appended():
     '<!-- study:begin -->\nhalf a section\n',
     PAGE + PAGE,
     PAGE + '<!-- study:begin -->\n',
+    PAGE + '<!-- study:end -->\n',
+    'text\n<!-- study:end -->\n',
 ])
 def test_unpaired_or_repeated_markers_are_refused(page):
     with pytest.raises(ValueError, match="section 'study'"):
