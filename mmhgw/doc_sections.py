@@ -52,7 +52,14 @@ def write_section(path: str, key: str, body: str, new_page: str) -> None:
             text = f.read()
     text = put_section(text, key, body)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    # Whole or not at all: an interrupted write must not cut the page.
-    with open(path + '.tmp', 'w') as f:
-        f.write(text)
-    os.replace(path + '.tmp', path)
+    # Whole or not at all: an interrupted write must not cut the page,
+    # and a failed one leaves no temporary file beside it.
+    tmp = path + '.tmp'
+    try:
+        with open(tmp, 'w') as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -49,6 +49,21 @@ def test_write_section_starts_a_new_page_and_keeps_an_old_one(tmp_path):
     assert 'second' in text and 'first' not in text
 
 
+def test_a_failed_write_keeps_the_page_and_leaves_no_temporary_file(
+        tmp_path, monkeypatch):
+    path = tmp_path / 'report.md'
+    path.write_text(PAGE)
+
+    def disk_full(src, dst):
+        raise OSError(28, 'No space left on device')
+
+    monkeypatch.setattr('mmhgw.doc_sections.os.replace', disk_full)
+    with pytest.raises(OSError, match='No space'):
+        write_section(str(path), 'study', 'new table', new_page='')
+    assert path.read_text() == PAGE
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['report.md']
+
+
 def test_benchmark_sections_carry_where_they_were_measured(tmp_path):
     doc = str(tmp_path / 'benchmarks.md')
     info = dict(command='python bench/x.py', machine='CPU Z', date='D')

@@ -321,18 +321,22 @@ def matched_width(args, task, variant='narrow'):
         target = count_parameters(
             config_of(args, task, target_variant),
             width(top) + variant_options(target_variant, task) + extra)
+        counts = {}  # width -> stock count; each model built once
+
+        def count_at(b):
+            if b not in counts:
+                counts[b] = count_parameters(stock, width(b) + extra)
+            return counts[b]
+
         low, high = 1, top
         while low < high:  # the smallest width with at least the target
             mid = (low + high) // 2
-            if count_parameters(stock, width(mid) + extra) < target:
+            if count_at(mid) < target:
                 low = mid + 1
             else:
                 high = mid
-        candidates = {low, max(1, low - 1)}
-        _MATCHED[key] = min(
-            candidates, key=lambda b: abs(
-                count_parameters(stock,
-                                 width(b) + extra) - target))
+        _MATCHED[key] = min({low, max(1, low - 1)},
+                            key=lambda b: abs(count_at(b) - target))
     return _MATCHED[key]
 
 
@@ -347,9 +351,10 @@ def width_is_matched(args, variant):
 
 
 def model_options(args, task, variant):
-    """The ``--cfg-options`` of a variant's model: its width under
-    ``--base-channels`` (the narrowed stock model's matched to HGWCaps'
-    parameter count), its setting (``VARIANTS``), then ``--cfg-options``."""
+    """The ``--cfg-options`` of a variant's model: its width (under
+    ``--base-channels``, or where ``width_is_matched``: a narrowed stock
+    model's width matches the capsule variant ``MATCHES`` names), its
+    setting (``VARIANTS``), then ``--cfg-options``."""
     base = args.base_channels
     if width_is_matched(args, variant):
         base = matched_width(args, task, variant)
