@@ -89,6 +89,14 @@ def test_study_trains_tests_and_reports(tmp_path):
     report = path.read_text()
     assert report.startswith(intro) and report.endswith(notes)
     assert sum(line.startswith('| stock') for line in report.splitlines()) == 1
+    # Another data set's study goes into a section of its own on the page.
+    run_study(tmp_path, '--section', 'study-other')
+    report = path.read_text()
+    assert report.startswith(intro)
+    assert sum(line.startswith('| stock') for line in report.splitlines()) == 2
+    first, second = report.index('<!-- study:end -->'), report.index(
+        '<!-- study-other:begin -->')
+    assert first < report.index(notes) < second
 
 
 def test_report_pairs_seeds_against_hgw(study, tmp_path):
@@ -266,14 +274,27 @@ def test_narrowed_control_of_a_placement_matches_its_parameter_count(study):
     assert abs(params('narrow_dec_only') / params('dec_only') - 1) < 0.05
 
 
+@pytest.mark.parametrize('section', ['study', 'membrane'])
 def test_out_page_with_broken_markers_is_refused_before_any_run(
-        study, monkeypatch, capsys, tmp_path):
+        study, monkeypatch, capsys, tmp_path, section):
     out = tmp_path / 'evidence.md'
-    out.write_text('# Evidence\n<!-- study:begin -->\nno end line\n')
-    monkeypatch.setattr(sys, 'argv', ['ablation_study.py', '--out', str(out)])
+    out.write_text(f'# Evidence\n<!-- {section}:begin -->\nno end line\n')
+    monkeypatch.setattr(
+        sys, 'argv',
+        ['ablation_study.py', '--out',
+         str(out), '--section', section])
     with pytest.raises(SystemExit):
         study.parse_args()
     assert f'--out {out}:' in capsys.readouterr().err
+
+
+def test_a_section_key_that_cannot_name_a_marker_is_refused(
+        study, monkeypatch, capsys):
+    monkeypatch.setattr(sys, 'argv',
+                        ['ablation_study.py', '--section', 'a -->'])
+    with pytest.raises(SystemExit):
+        study.parse_args()
+    assert "--section must be" in capsys.readouterr().err
 
 
 def test_results_of_other_settings_are_not_mixed_in(tmp_path):

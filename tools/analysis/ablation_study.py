@@ -23,15 +23,16 @@ a bar chart with error bars.
         [--family demo|crop128] [--data-root DIR] [--iters N]
         [--work-dir work_dirs/ablations] [--data data/ablations]
         [--out docs/ablations.md] [--image docs/images/ablations.png]
-        [--title TITLE] [--base-channels C] [--cfg-options k=v ...]
-        [--rerun]
+        [--title TITLE] [--section KEY] [--base-channels C]
+        [--cfg-options k=v ...] [--rerun]
 
 Finished runs (``result.json`` in their work directory) are reused, so an
 interrupted study continues where it stopped; ``--rerun`` trains anew.
-The report is the section ``study`` of ``--out`` (between the lines
-``<!-- study:begin -->`` and ``<!-- study:end -->``, appended to a page
-without it): the rest of the page, a reading of the results written by
-hand, say, is kept when the study writes it again.
+The report is the section ``--section`` (default ``study``) of ``--out``
+(between the lines ``<!-- study:begin -->`` and ``<!-- study:end -->``,
+appended to a page without it): the rest of the page, a reading of the
+results written by hand or another data set's study under another key, say,
+is kept when the study writes it again.
 """
 import argparse
 import datetime
@@ -39,6 +40,7 @@ import glob
 import json
 import os
 import os.path as osp
+import re
 import statistics
 import subprocess
 import sys
@@ -553,10 +555,6 @@ def bar_chart(tasks, variants, results, path):
     plt.close(fig)
 
 
-#: The section of ``--out`` that the report fills.
-SECTION = 'study'
-
-
 def report(args, tasks, results, params, duration):
     seeds = ', '.join(str(s) for s in args.seeds)
     where = args.data_root or args.data
@@ -638,6 +636,10 @@ def parse_args():
         help='training iterations (schedule, beta warm-up '
         'and checkpoint follow); default: the config\'s')
     parser.add_argument(
+        '--section', default='study', metavar='KEY',
+        help='the section of --out the report replaces (its marker lines '
+        'name KEY), so that one page can hold a study per data set')
+    parser.add_argument(
         '--title', default='Ablation study',
         help='heading of a new report page (an existing page keeps its own)')
     parser.add_argument(
@@ -674,11 +676,14 @@ def parse_args():
                 variant_options(variant, task)
             except SystemExit as err:
                 parser.error(f'--variants: {err}')
+    if not re.fullmatch(r'[\w.-]+', args.section):
+        parser.error(f'--section must be letters, digits, "_", "-" or "." '
+                     f'(it names the marker lines); got {args.section!r}')
     if osp.exists(args.out):
         with open(args.out) as f:
             text = f.read()
         try:  # before any run, not after the last
-            check_section(text, SECTION)
+            check_section(text, args.section)
         except ValueError as err:
             parser.error(f'--out {args.out}: {err}')
     return args
@@ -712,7 +717,7 @@ def main():
         duration = f'this invocation {minutes:.0f} min'
     bar_chart(args.tasks, args.variants, results, args.image)
     text = report(args, args.tasks, results, params, duration)
-    write_section(args.out, SECTION, text, new_page=f'# {args.title}\n')
+    write_section(args.out, args.section, text, new_page=f'# {args.title}\n')
     print('\n' + text)
     print(f'written to {args.out} and {args.image}')
 
