@@ -67,6 +67,7 @@ def test_study_trains_tests_and_reports(tmp_path):
         assert result['metrics']['best-threshold mIoU'] >= \
             result['metrics']['mIoU'] - 0.01  # mIoU is rounded
         assert result['time_per_iter'] > 0
+        assert 'cores' in result['machine']  # the processor it trained on
         values.append(result['metrics']['mIoU'])
         # The seed reached the Runner of both tools.
         for tool in ('train', 'test'):
@@ -77,6 +78,7 @@ def test_study_trains_tests_and_reports(tmp_path):
     assert ', '.join(f'{v:.2f}' for v in values) in row[0]
     assert '](images/ablations.png)' in report
     assert '(2 runs, ' in report  # the runs' own wall time
+    assert f'on {result["machine"]} (2 runs)' in report
     image = tmp_path / 'docs' / 'images' / 'ablations.png'
     assert image.stat().st_size > 1000
     assert report.startswith('# Ablation study\n')
@@ -138,6 +140,18 @@ def test_report_pairs_seeds_against_hgw(study, tmp_path):
     path = tmp_path / 'chart.png'
     study.bar_chart(['seg'], list(results), {'seg': results}, str(path))
     assert path.stat().st_size > 1000
+
+
+def test_report_names_the_machines_the_runs_trained_on(study):
+    results = {
+        'seg': {
+            'stock': [dict(machine='Xeon'), dict()],
+            'hgw': [dict(machine='Xeon'),
+                    dict(machine='EPYC')]
+        }
+    }
+    assert study.machines_of(results) == (
+        'EPYC (1 run); Xeon (2 runs); a machine not recorded (1 run)')
 
 
 def test_variants_resolve_in_each_family(study):

@@ -35,6 +35,7 @@ results written by hand or another data set's study under another key, say,
 is kept when the study writes it again.
 """
 import argparse
+import collections
 import datetime
 import glob
 import json
@@ -47,6 +48,7 @@ import sys
 import time
 
 from mmhgw.analysis.paired import fmt_interval, mean_std
+from mmhgw.benchmarking import machine
 from mmhgw.doc_sections import check_section, write_section
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -420,7 +422,7 @@ def train_and_test(task, variant, seed, args):
             name: metrics.get(key)
             for name, key in TASKS[task]['metrics']
         }, time_per_iter=statistics.fmean(times) if times else None,
-        wall_minutes=(time.perf_counter() - start) / 60)
+        wall_minutes=(time.perf_counter() - start) / 60, machine=machine())
     with open(result_file, 'w') as f:
         json.dump(result, f, indent=2)
     return result
@@ -555,6 +557,17 @@ def bar_chart(tasks, variants, results, path):
     plt.close(fig)
 
 
+def machines_of(results) -> str:
+    """Where the runs of ``results`` (task -> variant -> runs) trained,
+    with the number of runs on each: the same seed can train differently
+    on CPUs of other instruction sets."""
+    counts = collections.Counter(
+        r.get('machine') or 'a machine not recorded'
+        for task in results.values() for runs in task.values() for r in runs)
+    return '; '.join(f'{m} ({n} run{"s" if n > 1 else ""})'
+                     for m, n in sorted(counts.items()))
+
+
 def report(args, tasks, results, params, duration):
     seeds = ', '.join(str(s) for s in args.seeds)
     where = args.data_root or args.data
@@ -576,7 +589,8 @@ def report(args, tasks, results, params, duration):
         f'variant trained with `tools/train.py` and evaluated with '
         f'`tools/test.py` for seeds {seeds} (`randomness.seed`), on '
         f'{what} in `{data}` (config family `{args.family}`), from '
-        f'scratch, on the CPU. Mean ± standard deviation over seeds; '
+        f'scratch, on {machines_of(results)}. Mean ± standard deviation '
+        f'over seeds; '
         f'"- HGW (paired)" is the mean ± std of the per-seed difference to '
         f'HGW routing of the same seed; "- X, 95% CI" the mean of the '
         f'per-seed differences to variant X with its Student-t 95% '
