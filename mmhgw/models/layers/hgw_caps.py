@@ -152,7 +152,11 @@ class HGWCaps(BaseModule):
             (:func:`count_structure`): observed in the input, not in the
             learned embeddings. The subcapsules' parts are learned, with no
             data to observe: their ``C_obs`` is their co-activation in both.
-        temperature: of the activation; finite, > 0.
+            On real data the two tie (docs/evidence.md): the default needs
+            no count over the input patches.
+        temperature: of the activation; finite, > 0. On real data 0.5
+            ties with the default 0.1, and so did 0.03 in a screen
+            (docs/evidence.md).
         pose_from: the parts the pose map reads. ``'mean'`` (default):
             every part the components' mean ``p^T X_p`` (the parts of
             uniform routing), so that the plan sets the activations only;
