@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from mmhgw.analysis.paired import confidence_interval
 from mmhgw.datasets.synthetic import DATA_VERSION, make_isic_lesions
@@ -339,7 +340,7 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
 
 @pytest.mark.parametrize('variant', [
     'uniform', 'ablA', 'ablB', 'ablC', 'counts', 'reg_layer', 'temp05',
-    'eps01', 'unroll', 'planpose'
+    'eps01', 'unroll', 'planpose', 'parts03'
 ])
 def test_capsule_variants_name_real_layer_arguments(study, variant):
     # Each capsule variant's options, merged into the family's HGWCaps
@@ -355,6 +356,7 @@ def test_capsule_variants_name_real_layer_arguments(study, variant):
 
     cfg = Config.fromfile(osp.join(ROOT, study.config_of(Args, 'seg',
                                                          variant)))
+    torch.manual_seed(0)
     shipped = HGWCaps(
         64, 64, 3,
         **{k: v
@@ -362,6 +364,7 @@ def test_capsule_variants_name_real_layer_arguments(study, variant):
     merge_options(cfg, study.VARIANTS[variant][2])
     with warnings.catch_warnings():
         warnings.simplefilter('error', DeprecationWarning)
+        torch.manual_seed(0)
         layer = HGWCaps(
             64, 64, 3, **{
                 k: v
@@ -374,6 +377,8 @@ def test_capsule_variants_name_real_layer_arguments(study, variant):
     ]
     differs += ['solver_cfg'] if layer.solver_cfg != shipped.solver_cfg \
         else []
+    differs += [] if torch.equal(layer.subcapsules, shipped.subcapsules) \
+        else ['subcapsules']
     assert len(differs) == 1, differs
 
 

@@ -121,6 +121,9 @@ VARIANTS = {
                [_CAPS + 'temperature=0.5']),
     'eps01': ('solver eps 0.1 instead of 0.01 (softer plans)', 'hgw',
               [_CAPS + 'solver_cfg.eps=0.1']),
+    'parts03': ('subcapsules\' parts drawn at std 0.3 (about the fresh '
+                'components\' size) instead of 1', 'hgw',
+                [_CAPS + 'subcapsule_std=0.3']),
     'meanpose': ('pose map of the components\' mean (the plan sets the '
                  'activations only)', 'hgw', [_CAPS + 'pose_from=mean']),
     'planpose': ('pose map of the plan\'s barycentric parts', 'hgw',

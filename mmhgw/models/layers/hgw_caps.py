@@ -204,6 +204,14 @@ class HGWCaps(BaseModule):
             ``'torch'``; see :func:`mmhgw.ops.hgw_routing`. With
             ``solver_cfg['grad'] == 'unroll'`` the layer differentiates
             through the iterations of the torch reference instead.
+        subcapsule_std: standard deviation of the normal distribution the
+            subcapsules' parts are drawn from at construction; finite, > 0.
+            With 1 (default) the fresh parts are several times longer than
+            the fresh components (the default initialisation of the
+            embedding convolution), so that every cross cost starts near the
+            same value and the distances barely follow the input until the
+            components have grown; about 0.3 starts the parts at the
+            components' size (docs/evidence.md measures both).
         conv_cfg: config of the component convolution (default Conv2d).
         init_cfg: mmengine initialisation config.
         **legacy: the previous release's arguments, deprecated (see
@@ -221,7 +229,8 @@ class HGWCaps(BaseModule):
                  pose_from: str = 'mean', reg_scope: str = 'network',
                  align_weight: float = 0.0,
                  align_temperature: Optional[float] = None,
-                 backend: str = 'auto', conv_cfg: Optional[dict] = None,
+                 subcapsule_std: float = 1.0, backend: str = 'auto',
+                 conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None, **legacy):
         super().__init__(init_cfg=init_cfg)
         solver_cfg, reg_weight, use_observed = resolve_legacy(
@@ -230,7 +239,7 @@ class HGWCaps(BaseModule):
                          out_types, num_parts, part_dim, beta, reg_weight,
                          routing, ROUTINGS, use_observed, observed,
                          temperature, reg_scope, backend, BACKENDS, pose_from,
-                         align_weight, align_temperature)
+                         align_weight, align_temperature, subcapsule_std)
         # Fail at build time, not at the first forward.
         self.solver_cfg = build_solver_cfg(solver_cfg)
         self.use_observed = use_observed
@@ -262,7 +271,7 @@ class HGWCaps(BaseModule):
                                       dilation=dilation, groups=in_types,
                                       bias=False)
         self.subcapsules = nn.Parameter(
-            torch.randn(out_types, num_parts, part_dim))
+            torch.randn(out_types, num_parts, part_dim) * subcapsule_std)
         self.pose_weight = nn.Parameter(
             torch.randn(out_types, num_parts * part_dim, self.out_dim) /
             math.sqrt(num_parts * part_dim))

@@ -106,7 +106,8 @@ POSE_SOURCES = ('plan', 'mean')
 def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
                      num_parts, part_dim, beta, reg_weight, routing, routings,
                      use_observed, observed, temperature, reg_scope, backend,
-                     backends, pose_from, align_weight, align_temperature):
+                     backends, pose_from, align_weight, align_temperature,
+                     subcapsule_std):
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):
@@ -137,7 +138,8 @@ def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
     if not 0 <= beta <= 1:
         raise ValueError(f'beta must be in [0, 1], got {beta}')
     for name, value in (('temperature', temperature), ('align_temperature',
-                                                       align_temperature)):
+                                                       align_temperature),
+                        ('subcapsule_std', subcapsule_std)):
         if value is not None and not 0 < value < math.inf:
             raise ValueError(f'{name} must be a positive finite '
                              f'number, got {value}')

@@ -240,12 +240,28 @@ def test_eval_is_deterministic_and_state_dict_round_trips():
     (dict(align_temperature=0.0), 'align_temperature must be a positive'),
     (dict(align_temperature=float('nan')), 'align_temperature must be'),
     (dict(temperature=-1.0), 'temperature must be a positive'),
+    (dict(subcapsule_std=0.0), 'subcapsule_std must be a positive'),
+    (dict(subcapsule_std=float('inf')), 'subcapsule_std must be a positive'),
 ])
 def test_bad_arguments_raise_value_error(kwargs, match):
     args = dict(in_channels=16, out_channels=8)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         small_caps(**args)
+
+
+def test_subcapsule_std_scales_the_parts_draw_only():
+    default, small = small_caps(), small_caps(subcapsule_std=0.3)
+    # The same draw scaled: the random stream, hence every other
+    # parameter of a seeded model, is unchanged.
+    torch.testing.assert_close(small.subcapsules, 0.3 * default.subcapsules)
+    torch.testing.assert_close(small.embed.weight, default.embed.weight,
+                               rtol=0, atol=0)
+    torch.testing.assert_close(small.pose_weight, default.pose_weight, rtol=0,
+                               atol=0)
+    big = small_caps(out_channels=32, out_types=32, num_parts=16,
+                     subcapsule_std=0.3)
+    assert big.subcapsules.std().item() == pytest.approx(0.3, rel=0.1)
 
 
 def test_ablations_set_their_knobs():
