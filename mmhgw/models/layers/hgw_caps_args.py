@@ -5,6 +5,7 @@ spellings of the previous release (``eps=``, ``outer_iters=``,
 ``inner_iters=``, ``grad=``, ``solver_regularizer=``, ``ablation=``), still
 taken with a DeprecationWarning naming the new one."""
 import math
+import numbers
 import warnings
 from typing import Optional, Tuple
 
@@ -134,6 +135,16 @@ def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
     if not isinstance(use_observed, bool):
         raise ValueError(f'use_observed must be True or False, '
                          f'got {use_observed!r}')
+    for name, value in (('beta', beta), ('reg_weight', reg_weight),
+                        ('temperature', temperature),
+                        ('align_weight', align_weight), ('align_temperature',
+                                                         align_temperature),
+                        ('subcapsule_std', subcapsule_std)):
+        # A config's '0.5' or True would otherwise fail later, or not at
+        # all, without naming the argument.
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, numbers.Real)):
+            raise ValueError(f'{name} must be a number, got {value!r}')
     # Written so that NaN fails too (every comparison with NaN is False).
     if not 0 <= beta <= 1:
         raise ValueError(f'beta must be in [0, 1], got {beta}')

@@ -242,6 +242,9 @@ def test_eval_is_deterministic_and_state_dict_round_trips():
     (dict(temperature=-1.0), 'temperature must be a positive'),
     (dict(subcapsule_std=0.0), 'subcapsule_std must be a positive'),
     (dict(subcapsule_std=float('inf')), 'subcapsule_std must be a positive'),
+    (dict(subcapsule_std='0.3'), "subcapsule_std must be a number, got '0.3'"),
+    (dict(temperature=True), 'temperature must be a number, got True'),
+    (dict(beta='0.5'), 'beta must be a number'),
 ])
 def test_bad_arguments_raise_value_error(kwargs, match):
     args = dict(in_channels=16, out_channels=8)
