@@ -382,6 +382,32 @@ def test_capsule_variants_name_real_layer_arguments(study, variant):
     assert len(differs) == 1, differs
 
 
+def test_subcapsule_rate_variant_scales_their_learning_rate_alone(study):
+    from mmengine.config import Config
+    from mmengine.optim import build_optim_wrapper
+
+    from mmhgw.models import HGWCaps
+
+    class Args:
+        family = 'crop128'
+
+    cfg = Config.fromfile(
+        osp.join(ROOT, study.config_of(Args, 'seg', 'sub_lr100')))
+    merge_options(cfg, study.VARIANTS['sub_lr100'][2])
+    layer = HGWCaps(16, 8, 3, padding=1, in_types=4, out_types=4, num_parts=3,
+                    part_dim=4)
+    wrapper = build_optim_wrapper(layer, cfg.optim_wrapper)
+    base = cfg.optim_wrapper.optimizer.lr
+    rates = {
+        id(p): group['lr']
+        for group in wrapper.optimizer.param_groups
+        for p in group['params']
+    }
+    assert rates[id(layer.subcapsules)] == pytest.approx(100 * base)
+    assert rates[id(layer.pose_weight)] == pytest.approx(base)
+    assert rates[id(layer.embed.weight)] == pytest.approx(base)
+
+
 def test_test_config_is_the_run_config(study, tmp_path):
     """The written test config holds the variant's and the data's options:
     a uniform-routing checkpoint tested with it routes uniformly."""

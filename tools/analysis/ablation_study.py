@@ -124,6 +124,14 @@ VARIANTS = {
     'parts03': ('subcapsules\' parts drawn at std 0.3 (about the fresh '
                 'components\' size) instead of 1', 'hgw',
                 [_CAPS + 'subcapsule_std=0.3']),
+    # 120 SGD iterations at the base rate move the subcapsules by about
+    # half a percent of their norm (docs/evidence.md): the plan then
+    # matches the components with the random parts of the initialisation.
+    'sub_lr100': ('subcapsules at 100x the base learning rate (mmengine '
+                  'paramwise_cfg)', 'hgw', [
+                      'optim_wrapper.paramwise_cfg.custom_keys.subcapsules.'
+                      'lr_mult=100'
+                  ]),
     'meanpose': ('pose map of the components\' mean (the plan sets the '
                  'activations only)', 'hgw', [_CAPS + 'pose_from=mean']),
     'planpose': ('pose map of the plan\'s barycentric parts', 'hgw',
