@@ -211,7 +211,10 @@ class HGWCaps(BaseModule):
             embedding convolution), so that every cross cost starts near the
             same value and the distances barely follow the input until the
             components have grown; about 0.3 starts the parts at the
-            components' size (docs/evidence.md measures both).
+            components' size. On real data the two tie, and so does
+            training the subcapsules at 100x the learning rate (with SGD
+            at the base rate they hardly move in a short schedule;
+            docs/evidence.md): the default keeps the common draw.
         conv_cfg: config of the component convolution (default Conv2d).
         init_cfg: mmengine initialisation config.
         **legacy: the previous release's arguments, deprecated (see
