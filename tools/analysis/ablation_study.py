@@ -124,9 +124,8 @@ VARIANTS = {
     'parts03': ('subcapsules\' parts drawn at std 0.3 (about the fresh '
                 'components\' size) instead of 1', 'hgw',
                 [_CAPS + 'subcapsule_std=0.3']),
-    # 120 SGD iterations at the base rate move the subcapsules by about
-    # half a percent of their norm (docs/evidence.md): the plan then
-    # matches the components with the random parts of the initialisation.
+    # Whether the subcapsules, which SGD at the base rate hardly moves in
+    # a short schedule, route better when they learn (docs/evidence.md).
     'sub_lr100': ('subcapsules at 100x the base learning rate (mmengine '
                   'paramwise_cfg)', 'hgw', [
                       'optim_wrapper.paramwise_cfg.custom_keys.subcapsules.'

@@ -103,6 +103,12 @@ def build_solver_cfg(solver_cfg: dict) -> dict:
 #: What the pose map reads (``HGWCaps(pose_from=...)``).
 POSE_SOURCES = ('plan', 'mean')
 
+#: (what the message says is expected, the test) of the layer's numbers;
+#: written so that NaN fails too (every comparison with NaN is False).
+_UNIT = ('in [0, 1]', lambda v: 0 <= v <= 1)
+_POSITIVE = ('a positive finite number', lambda v: 0 < v < math.inf)
+_AT_LEAST_0 = ('a finite number >= 0', lambda v: 0 <= v < math.inf)
+
 
 def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
                      num_parts, part_dim, beta, reg_weight, routing, routings,
@@ -135,30 +141,19 @@ def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
     if not isinstance(use_observed, bool):
         raise ValueError(f'use_observed must be True or False, '
                          f'got {use_observed!r}')
-    for name, value in (('beta', beta), ('reg_weight', reg_weight),
-                        ('temperature', temperature),
-                        ('align_weight', align_weight), ('align_temperature',
-                                                         align_temperature),
-                        ('subcapsule_std', subcapsule_std)):
+    checked = [('beta', beta, _UNIT), ('reg_weight', reg_weight, _AT_LEAST_0),
+               ('temperature', temperature, _POSITIVE),
+               ('align_weight', align_weight, _AT_LEAST_0),
+               ('subcapsule_std', subcapsule_std, _POSITIVE)]
+    if align_temperature is not None:  # None: the activation's
+        checked.append(('align_temperature', align_temperature, _POSITIVE))
+    for name, value, (expected, holds) in checked:
         # A config's '0.5' or True would otherwise fail later, or not at
         # all, without naming the argument.
-        if value is not None and (isinstance(value, bool)
-                                  or not isinstance(value, numbers.Real)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ValueError(f'{name} must be a number, got {value!r}')
-    # Written so that NaN fails too (every comparison with NaN is False).
-    if not 0 <= beta <= 1:
-        raise ValueError(f'beta must be in [0, 1], got {beta}')
-    for name, value in (('temperature', temperature), ('align_temperature',
-                                                       align_temperature),
-                        ('subcapsule_std', subcapsule_std)):
-        if value is not None and not 0 < value < math.inf:
-            raise ValueError(f'{name} must be a positive finite '
-                             f'number, got {value}')
-    for name, value in (('reg_weight', reg_weight), ('align_weight',
-                                                     align_weight)):
-        if not 0 <= value < math.inf:
-            raise ValueError(f'{name} must be a finite number >= 0, '
-                             f'got {value}')
+        if not holds(value):
+            raise ValueError(f'{name} must be {expected}, got {value}')
 
 
 def check_checkpoint_beta(state_dict: dict, key: str):
