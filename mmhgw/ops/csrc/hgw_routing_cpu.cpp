@@ -127,7 +127,7 @@ torch::Tensor hgw_routing_plans(torch::Tensor X_p, torch::Tensor X_q,
                                 bool round_plan) {
   check_inputs(X_p, X_q, h1, h2, row, col);
   const auto M = X_p.size(0), N = X_q.size(0), Vp = X_p.size(1),
-             Vq = X_q.size(1), d = X_p.size(2);
+             Vq = X_q.size(1);
   auto out = torch::empty({M, N, Vp, Vq}, X_p.options());
   auto o = make_options(X_p, X_q, beta, eps, outer, inner, proximal, uniform);
   o.round_plan = round_plan;

@@ -15,6 +15,10 @@
 // loop runs along contiguous memory and vectorises.
 #pragma once
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -62,11 +66,11 @@ inline V to_float(I x) {
     return __builtin_convertvector(x, V);
 }
 
-// exp(x) for x already in [lo, 88]: 2^n P(r), n = round(x log2 e),
-// r = x - n ln 2 in two parts (Cody-Waite), P of degree 6 (Cephes expf).
-template <typename V, typename I>
-inline V exp_clamped(V x) {
-  const V n = (x * kLog2e + kRoundMagic) - kRoundMagic;
+// exp(x) = 2^n exp(r) with r = x - n ln 2 for the integer n nearest to
+// x log2 e: r in two parts (Cody-Waite), exp(r) by the degree-6 polynomial
+// of Cephes expf (|r| <= ln 2 / 2).
+template <typename V>
+inline V exp_reduced(V x, V n) {
   V r = x - n * kLn2Hi;
   r = r - n * kLn2Lo;
   V p = V{} + 1.9875691500e-4f;
@@ -75,9 +79,16 @@ inline V exp_clamped(V x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+// exp(x) for x already in [lo, 88]: exp(r) times 2^n built in the exponent
+// bits.
+template <typename V, typename I>
+inline V exp_clamped(V x) {
+  const V n = (x * kLog2e + kRoundMagic) - kRoundMagic;
   const I e = (to_int<I>(n) + 127) << 23;
-  return p * __builtin_bit_cast(V, e);
+  return exp_reduced(x, n) * __builtin_bit_cast(V, e);
 }
 
 // log(x) for normal x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
@@ -231,11 +242,12 @@ inline void log_marginal_step(const scalar_t* __restrict__ x, int rows,
 }
 
 // ------------------------------------------- SIMD path: V_q = 8, float
-// GCC/Clang vector extensions (AVX2 or AVX-512 code, no intrinsics). The
-// cross cost and the solve hold one problem per lane (cross_cost_lanes,
-// solve_plans_lanes): the output types of a location share h1 and the row
-// marginal, so W of them are solved in lockstep and every reduction along a
-// row or a column is lane-wise, with no shuffle. The backward holds one row
+// GCC/Clang vector extensions (AVX2 or AVX-512 code; two AVX-512
+// intrinsics in vexp). The cross cost and the solve hold one problem per
+// lane (cross_cost_lanes, solve_plans_lanes): the output types of a
+// location share h1 and the row marginal, so W of them are solved in
+// lockstep and every reduction along a row or a column is lane-wise, with
+// no shuffle. The backward holds one row
 // of a problem (eight floats) per v8f instead, and reduces rows through a
 // shuffle tree.
 typedef float v8f __attribute__((vector_size(32)));
@@ -274,8 +286,22 @@ inline V vmin(V a, V b) {
 
 template <typename V>
 inline V vexp(V x, float lo) {
-  return exp_clamped<V, typename Lanes<V>::I>(
-      vmin(vmax(x, splat<V>(lo)), splat<V>(88.0f)));
+  x = vmin(vmax(x, splat<V>(lo)), splat<V>(88.0f));
+#ifdef __AVX512F__
+  // The same numbers in fewer instructions: n rounded by vrndscaleps
+  // (nearest, ties to even, as the magic constant rounds), 2^n applied by
+  // vscalefps (exact, as the exponent bits are). The zero-masking forms
+  // with every lane set: the unmasked ones read an undefined register.
+  if constexpr (Lanes<V>::W == 16) {
+    const __m512 n = _mm512_maskz_roundscale_ps(
+        0xffff, __builtin_bit_cast(__m512, x * kLog2e),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const V p = exp_reduced(x, __builtin_bit_cast(V, n));
+    return __builtin_bit_cast(
+        V, _mm512_maskz_scalef_ps(0xffff, __builtin_bit_cast(__m512, p), n));
+  }
+#endif
+  return exp_clamped<V, typename Lanes<V>::I>(x);
 }
 
 // log(max(x, tiny)) (see log_normal).
@@ -440,7 +466,10 @@ void solve_plans_lanes(const float* __restrict__ h1,
   const float log_p = std::log(p), log_q = std::log(q);
   const float lo = exp_floor<float>(), tn = tiny<float>();
   const float beta = static_cast<float>(o.beta);
-  V LK[P], M[P];
+  // M, the step's kernel, is kept in T: T is read only at the step's
+  // start (h1 T).
+  V LK[P];
+  V* const M = T;
   V f[VP], u[VP], g[8], v[8];
   const V T0 = splat<V>(std::exp(log_p + log_q));
   for (int e = 0; e < P; ++e) T[e] = T0;
@@ -537,26 +566,27 @@ void solve_plans_lanes(const float* __restrict__ h1,
       // Stabilised kernel-domain iterations on M.
       for (int j = 0; j < 8; ++j) v[j] = splat<V>(1.0f);
       for (int it = 0; it < o.inner - 1; ++it) {
+        // One pass over M: row i's scaling, then its share of the column
+        // sums (the sums run over i in order, as in two passes).
+        for (int j = 0; j < 8; ++j) cs[j] = splat<V>(0.0f);
         for (int i = 0; i < VP; ++i) {
+          V m[8];
+          for (int j = 0; j < 8; ++j) m[j] = M[8 * i + j];
           // Two partial sums: half the dependent chain of multiply-adds.
-          V s0 = M[8 * i] * v[0], s1 = M[8 * i + 1] * v[1];
+          V s0 = m[0] * v[0], s1 = m[1] * v[1];
           for (int j = 2; j < 8; j += 2) {
-            s0 += M[8 * i + j] * v[j];
-            s1 += M[8 * i + j + 1] * v[j + 1];
+            s0 += m[j] * v[j];
+            s1 += m[j + 1] * v[j + 1];
           }
           u[i] = p / vmax(s0 + s1, splat<V>(tn));
+          for (int j = 0; j < 8; ++j) cs[j] += u[i] * m[j];
         }
-        for (int j = 0; j < 8; ++j) cs[j] = splat<V>(0.0f);
-        for (int i = 0; i < VP; ++i)
-          for (int j = 0; j < 8; ++j) cs[j] += u[i] * M[8 * i + j];
         for (int j = 0; j < 8; ++j) v[j] = q / vmax(cs[j], splat<V>(tn));
       }
       for (int i = 0; i < VP; ++i) f[i] += vlog(u[i]);
       for (int j = 0; j < 8; ++j) g[j] += vlog(v[j]);
       for (int i = 0; i < VP; ++i)
-        for (int j = 0; j < 8; ++j) T[8 * i + j] = M[8 * i + j] * u[i] * v[j];
-    } else {
-      for (int e = 0; e < P; ++e) T[e] = M[e];
+        for (int j = 0; j < 8; ++j) T[8 * i + j] = T[8 * i + j] * u[i] * v[j];
     }
   }
   if (!o.round_plan) return finish();
@@ -866,6 +896,8 @@ class Solver {
   void solve(const Inputs<scalar_t>& in, const Types<scalar_t>& ty, int n,
              int count = 1) {
     const int d = o_.d;
+    h2_base_ = in.h2;
+    col_base_ = in.col;
     for (int s = 0; s < count; ++s) {
       const int64_t t = n + s;
       xq_[s] = in.Xq + t * Vq * d;
@@ -1208,53 +1240,84 @@ class Solver {
     if (o_.round_plan) round_to_polytope(p, q);
   }
 
-  // The SIMD path for types n .. n + count - 1, type n + s in lane s (lanes
-  // beyond count solve the last type again, a group's tail): the cross
+  // Types n .. n + count - 1 in lane layout, type n + s in lane s (lanes
+  // beyond count repeat the last type, a group's tail): what the SIMD path
+  // needs of them, the same at every location.
+  template <typename V>
+  struct TypeLanes {
+    std::vector<V> parts;  // coordinate e of part j at j d + e
+    V sqq[8], col[8], H2T[8][8], scale;
+  };
+
+  template <typename V>
+  void build_lanes(const Types<scalar_t>& ty, int64_t n, int count,
+                   TypeLanes<V>& tl) const {
+    constexpr int W = Lanes<V>::W;
+    const int d = o_.d;
+    tl.parts.assign(8 * d, V{});
+    const float* h2[W];
+    for (int s = 0; s < W; ++s) {
+      const int64_t src = n + std::min(s, count - 1);
+      tl.scale[s] = ty.scale[src];
+      for (int j = 0; j < 8; ++j) {
+        tl.col[j][s] = col_base_[src * 8 + j];
+        tl.sqq[j][s] = ty.sqq[src * 8 + j];
+      }
+      for (int e = 0; e < 8 * d; ++e) tl.parts[e][s] = ty.xq[src * 8 * d + e];
+      h2[s] = h2_base_ + src * 64;
+    }
+    to_lanes(h2, 64, &tl.H2T[0][0]);  // h2 [j][l] so far
+    for (int j = 0; j < 8; ++j)
+      for (int l = 0; l < j; ++l) std::swap(tl.H2T[j][l], tl.H2T[l][j]);
+  }
+
+  // The lanes of a whole group (n a multiple of kGroup), built by the first
+  // location that solves it: a solver serves one call (one set of types).
+  template <typename V>
+  const TypeLanes<V>& group_lanes(const Types<scalar_t>& ty, int64_t n,
+                                  int count) {
+    auto& cache = [this]() -> auto& {
+      if constexpr (Lanes<V>::W == 16)
+        return lanes16_;
+      else
+        return lanes8_;
+    }();
+    const size_t g = n / kGroup;
+    if (cache.size() <= g) cache.resize(g + 1);
+    if (cache[g].parts.empty()) build_lanes(ty, n, count, cache[g]);
+    return cache[g];
+  }
+
+  // The SIMD path for types n .. n + count - 1 (see TypeLanes): the cross
   // costs and the plans in lane layout (cross_cost_lanes,
   // solve_plans_lanes), then the plans, h1 T, the cross costs and squared
   // distances back into their slots, as far as needs_ asks.
   template <typename V>
   void solve_lanes(const Types<scalar_t>& ty, int64_t n, int count) {
     constexpr int W = Lanes<V>::W;
-    const int d = o_.d;
-    V H2T[8][8], K[VP * 8], SQ[VP * 8], TV[VP * 8], AV[VP * 8], colv[8];
-    V sqq[8], ra2, rb2, two_rab, c, values;
-    // Coordinate e of part j at j d + e (on the stack for the usual part
-    // sizes).
-    V small[8 * 16];
-    std::vector<V> large(d > 16 ? 8 * d : 0);
-    V* parts = d > 16 ? large.data() : small;
-    const float* h2[W];
-    float *t[W], *a[W], *k[W], *q2[W];
+    TypeLanes<V> alone;  // a problem solved alone (see solve_range)
+    const bool group =
+        n % kGroup == 0 && count == std::min<int64_t>(kGroup, o_.N - n);
+    if (!group) build_lanes(ty, n, count, alone);
+    const TypeLanes<V>& tl = group ? group_lanes<V>(ty, n, count) : alone;
+    V K[VP * 8], SQ[VP * 8], TV[VP * 8], AV[VP * 8], values;
+    // Scaling, lane by lane: c = max(a, b), ra = a / c, rb = b / c.
+    const V a = splat<V>(scale_), c = vmax(a, tl.scale);
+    const V ra = a / c, rb = tl.scale / c;
+    cross_cost_lanes<V>(xps.data(), sqp.data(), VP, o_.d, tl.parts.data(),
+                        tl.sqq, ra * ra, rb * rb, 2 * (ra * rb), c, K, SQ);
+    solve_plans_lanes<V, VP>(h1_, h1T0.data(), row_, tl.col, tl.H2T, K, o_, TV,
+                             AV, values);
+    float *t[W], *hT[W], *k[W], *q2[W];
     for (int s = 0; s < W; ++s) {
-      const int slot = std::min(s, count - 1);
-      const int64_t src = n + slot;
-      const Scaling<float> sc(scale_, ty.scale[src]);
-      ra2[s] = sc.ra * sc.ra;
-      rb2[s] = sc.rb * sc.rb;
-      two_rab[s] = 2 * (sc.ra * sc.rb);
-      c[s] = sc.c;
-      for (int j = 0; j < 8; ++j) {
-        colv[j][s] = col_[slot][j];
-        sqq[j][s] = ty.sqq[src * 8 + j];
-      }
-      for (int e = 0; e < 8 * d; ++e) parts[e][s] = ty.xq[src * 8 * d + e];
-      h2[s] = h2_[slot];
       t[s] = T.data() + s * P;
-      a[s] = A.data() + s * P;
+      hT[s] = A.data() + s * P;
       k[s] = Kc.data() + s * P;
       q2[s] = sq.data() + s * P;
     }
-    cross_cost_lanes<V>(xps.data(), sqp.data(), VP, d, parts, sqq, ra2, rb2,
-                        two_rab, c, K, SQ);
-    to_lanes(h2, 64, &H2T[0][0]);  // h2 [j][l] so far
-    for (int j = 0; j < 8; ++j)
-      for (int l = 0; l < j; ++l) std::swap(H2T[j][l], H2T[l][j]);
-    solve_plans_lanes<V, VP>(h1_, h1T0.data(), row_, colv, H2T, K, o_, TV, AV,
-                             values);
     if (needs_ & kPlans) from_lanes(TV, VP * 8, count, t);
     if (needs_ & kGradientTerms) {
-      from_lanes(AV, VP * 8, count, a);
+      from_lanes(AV, VP * 8, count, hT);
       from_lanes(K, VP * 8, count, k);
       from_lanes(SQ, VP * 8, count, q2);
     }
@@ -1315,10 +1378,15 @@ class Solver {
   scalar_t scale_ = 1;  // the location's power-of-two scale
   const scalar_t beta_, eps_;
   const scalar_t *xp_ = nullptr, *h1_ = nullptr, *row_ = nullptr;
+  // The call's h2 and column terms, of every type (the SIMD path's lanes).
+  const scalar_t *h2_base_ = nullptr, *col_base_ = nullptr;
   // Per slot: this type's parts, h2 and column term.
   const scalar_t *xq_[kGroup] = {}, *h2_[kGroup] = {}, *col_[kGroup] = {};
   std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT, h2T,
       f, g, u, v, s, c, rmax, cmax, sqp, xps, h1T0;
+  // SIMD path: the lanes of each group of types (group_lanes).
+  std::vector<TypeLanes<v8f>> lanes8_;
+  std::vector<TypeLanes<v16f>> lanes16_;
 };
 
 // Solves every (location m in [begin, end), type n) problem, a group of
