@@ -247,9 +247,8 @@ inline void log_marginal_step(const scalar_t* __restrict__ x, int rows,
 // lane (cross_cost_lanes, solve_plans_lanes): the output types of a
 // location share h1 and the row marginal, so W of them are solved in
 // lockstep and every reduction along a row or a column is lane-wise, with
-// no shuffle. The backward holds one row
-// of a problem (eight floats) per v8f instead, and reduces rows through a
-// shuffle tree.
+// no shuffle. The backward holds one row of a problem (eight floats) per
+// v8f instead, and reduces rows through a shuffle tree.
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef float v16f __attribute__((vector_size(64)));
@@ -896,8 +895,6 @@ class Solver {
   void solve(const Inputs<scalar_t>& in, const Types<scalar_t>& ty, int n,
              int count = 1) {
     const int d = o_.d;
-    h2_base_ = in.h2;
-    col_base_ = in.col;
     for (int s = 0; s < count; ++s) {
       const int64_t t = n + s;
       xq_[s] = in.Xq + t * Vq * d;
@@ -914,9 +911,9 @@ class Solver {
     }
     if constexpr (kSimd) {
 #ifdef __AVX512F__
-      if (count > 8) return solve_lanes<v16f>(ty, n, count);
+      if (count > 8) return solve_lanes<v16f>(in, ty, n, count);
 #endif
-      return solve_lanes<v8f>(ty, n, count);
+      return solve_lanes<v8f>(in, ty, n, count);
     }
     for (int s = 0; s < count; ++s)
       cross_cost(ty.xq.data() + (n + s) * Vq * d, ty.sqq.data() + (n + s) * Vq,
@@ -1250,8 +1247,8 @@ class Solver {
   };
 
   template <typename V>
-  void build_lanes(const Types<scalar_t>& ty, int64_t n, int count,
-                   TypeLanes<V>& tl) const {
+  void build_lanes(const Inputs<scalar_t>& in, const Types<scalar_t>& ty,
+                   int64_t n, int count, TypeLanes<V>& tl) const {
     constexpr int W = Lanes<V>::W;
     const int d = o_.d;
     tl.parts.assign(8 * d, V{});
@@ -1260,11 +1257,11 @@ class Solver {
       const int64_t src = n + std::min(s, count - 1);
       tl.scale[s] = ty.scale[src];
       for (int j = 0; j < 8; ++j) {
-        tl.col[j][s] = col_base_[src * 8 + j];
+        tl.col[j][s] = in.col[src * 8 + j];
         tl.sqq[j][s] = ty.sqq[src * 8 + j];
       }
       for (int e = 0; e < 8 * d; ++e) tl.parts[e][s] = ty.xq[src * 8 * d + e];
-      h2[s] = h2_base_ + src * 64;
+      h2[s] = in.h2 + src * 64;
     }
     to_lanes(h2, 64, &tl.H2T[0][0]);  // h2 [j][l] so far
     for (int j = 0; j < 8; ++j)
@@ -1274,7 +1271,8 @@ class Solver {
   // The lanes of a whole group (n a multiple of kGroup), built by the first
   // location that solves it: a solver serves one call (one set of types).
   template <typename V>
-  const TypeLanes<V>& group_lanes(const Types<scalar_t>& ty, int64_t n,
+  const TypeLanes<V>& group_lanes(const Inputs<scalar_t>& in,
+                                  const Types<scalar_t>& ty, int64_t n,
                                   int count) {
     auto& cache = [this]() -> auto& {
       if constexpr (Lanes<V>::W == 16)
@@ -1284,7 +1282,7 @@ class Solver {
     }();
     const size_t g = n / kGroup;
     if (cache.size() <= g) cache.resize(g + 1);
-    if (cache[g].parts.empty()) build_lanes(ty, n, count, cache[g]);
+    if (cache[g].parts.empty()) build_lanes(in, ty, n, count, cache[g]);
     return cache[g];
   }
 
@@ -1293,13 +1291,14 @@ class Solver {
   // solve_plans_lanes), then the plans, h1 T, the cross costs and squared
   // distances back into their slots, as far as needs_ asks.
   template <typename V>
-  void solve_lanes(const Types<scalar_t>& ty, int64_t n, int count) {
+  void solve_lanes(const Inputs<scalar_t>& in, const Types<scalar_t>& ty,
+                   int64_t n, int count) {
     constexpr int W = Lanes<V>::W;
     TypeLanes<V> alone;  // a problem solved alone (see solve_range)
     const bool group =
         n % kGroup == 0 && count == std::min<int64_t>(kGroup, o_.N - n);
-    if (!group) build_lanes(ty, n, count, alone);
-    const TypeLanes<V>& tl = group ? group_lanes<V>(ty, n, count) : alone;
+    if (!group) build_lanes(in, ty, n, count, alone);
+    const TypeLanes<V>& tl = group ? group_lanes<V>(in, ty, n, count) : alone;
     V K[VP * 8], SQ[VP * 8], TV[VP * 8], AV[VP * 8], values;
     // Scaling, lane by lane: c = max(a, b), ra = a / c, rb = b / c.
     const V a = splat<V>(scale_), c = vmax(a, tl.scale);
@@ -1378,8 +1377,6 @@ class Solver {
   scalar_t scale_ = 1;  // the location's power-of-two scale
   const scalar_t beta_, eps_;
   const scalar_t *xp_ = nullptr, *h1_ = nullptr, *row_ = nullptr;
-  // The call's h2 and column terms, of every type (the SIMD path's lanes).
-  const scalar_t *h2_base_ = nullptr, *col_base_ = nullptr;
   // Per slot: this type's parts, h2 and column term.
   const scalar_t *xq_[kGroup] = {}, *h2_[kGroup] = {}, *col_[kGroup] = {};
   std::vector<scalar_t> Kc, sq, T, logT, logk, logkT, M, MT, A, C, B, BT, h2T,
