@@ -243,12 +243,12 @@ inline void log_marginal_step(const scalar_t* __restrict__ x, int rows,
 
 // ------------------------------------------- SIMD path: V_q = 8, float
 // GCC/Clang vector extensions (AVX2 or AVX-512 code; two AVX-512
-// intrinsics in vexp). The cross cost and the solve hold one problem per
-// lane (cross_cost_lanes, solve_plans_lanes): the output types of a
-// location share h1 and the row marginal, so W of them are solved in
-// lockstep and every reduction along a row or a column is lane-wise, with
-// no shuffle. The backward holds one row of a problem (eight floats) per
-// v8f instead, and reduces rows through a shuffle tree.
+// intrinsics in vexp). The cross cost, the solve and the backward hold one
+// problem per lane (cross_cost_lanes, solve_plans_lanes, backward_lanes):
+// the output types of a location share h1 and the row marginal, so W of
+// them are solved in lockstep and every reduction along a row or a column
+// is lane-wise, with no shuffle; only the backward's sums over the types
+// (the location's gradients) cross the lanes, through a shuffle tree.
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 typedef float v16f __attribute__((vector_size(64)));
@@ -643,118 +643,151 @@ inline void cross_cost_lanes(const float* __restrict__ xp,
     }
 }
 
-// Envelope gradient of one problem for V_q = 8 and d = 8 (Solver::backward
-// is the specification): every plan row, part and component is one v8f, and
-// each sum over j becomes eight multiply-adds with lane j broadcast.
-//   T, A = h1 T, K, sq: [VP][8];  xp [VP][d];  xq, h2, gp: [8][d or 8].
-template <int VP>
-void backward_v8(const float* __restrict__ T_in, const float* __restrict__ A_in,
-                 const float* __restrict__ K_in,
-                 const float* __restrict__ sq_in, const float* __restrict__ xp,
-                 const float* __restrict__ xq, const float* __restrict__ h2,
-                 float beta, float gd, const float* __restrict__ gp,
-                 float* __restrict__ dXp, float* __restrict__ dh1,
-                 float* __restrict__ drow, float* __restrict__ dXq,
-                 float* __restrict__ dh2, float* __restrict__ dcol,
-                 float* dbeta) {
-  static_assert(VP % 8 == 0, "VP must be a multiple of 8");
-  constexpr int R = VP / 8;
-  v8f T[VP], XP[VP], GP[8], XQ[8];
-  std::memcpy(T, T_in, sizeof(T));
-  std::memcpy(XP, xp, sizeof(XP));
-  // Parts: d(V_q T^T X_p)/dX_p = V_q T gp (none when gp is null).
-  if (gp) {
-    std::memcpy(GP, gp, sizeof(GP));
-    for (int i = 0; i < VP; ++i) {
-      v8f acc;
-      std::memcpy(&acc, dXp + 8 * i, sizeof(acc));
-      const v8f t = 8.0f * T[i];
-      for (int j = 0; j < 8; ++j) acc += t[j] * GP[j];
-      std::memcpy(dXp + 8 * i, &acc, sizeof(acc));
+// out[k] += the sum over the lanes of r[k], for k < n (a multiple of 8):
+// eight rows at a time through reduce_rows, then, with 16 lanes, its two
+// halves.
+template <typename V>
+inline void add_lane_sums(const V* r, int n, float* __restrict__ out) {
+  for (int k = 0; k < n; k += 8) {
+    const V h = reduce_rows(r + k, add_op<V>);
+    v8f sum;
+    if constexpr (Lanes<V>::W == 16)
+      sum = __builtin_shufflevector(h, h, 0, 1, 2, 3, 4, 5, 6, 7) +
+            __builtin_shufflevector(h, h, 8, 9, 10, 11, 12, 13, 14, 15);
+    else
+      sum = h;
+    v8f acc;
+    std::memcpy(&acc, out + k, sizeof(acc));
+    acc += sum;
+    std::memcpy(out + k, &acc, sizeof(acc));
+  }
+}
+
+// dst[s][e] += lane s of in[e], for e < n and the first count lanes (the
+// inverse of to_lanes, adding).
+template <typename V>
+inline void add_from_lanes(const V* in, int n, int count, float* const* dst) {
+  constexpr int W = Lanes<V>::W;
+  int e = 0;
+  for (; e + W <= n; e += W) {
+    V block[W];
+    std::memcpy(block, in + e, sizeof(block));
+    transpose_block(block);
+    for (int s = 0; s < count; ++s) {
+      V x;
+      std::memcpy(&x, dst[s] + e, sizeof(V));
+      x += block[s];
+      std::memcpy(dst[s] + e, &x, sizeof(V));
     }
   }
-  if (gd == 0) return;
-  v8f A[VP], K[VP], SQ[VP], H2[8];
-  std::memcpy(A, A_in, sizeof(A));
-  std::memcpy(K, K_in, sizeof(K));
-  std::memcpy(SQ, sq_in, sizeof(SQ));
-  std::memcpy(XQ, xq, sizeof(XQ));
-  std::memcpy(H2, h2, sizeof(H2));
-  // Value at the fixed plan: d/drow_i = (T 1)_i, d/dcol_j = (T^T 1)_j,
-  // d/dK = beta T, d/dbeta = <K, T>, d/dh1 = -T h2 T^T, d/dh2 = -T^T h1 T.
-  v8f colsum = splat(0.0f), kt = splat(0.0f);
+  for (; e < n; ++e)
+    for (int s = 0; s < count; ++s) dst[s][e] += in[e][s];
+}
+
+// Envelope gradient of the W problems of one location in lane layout (the
+// specification is Solver::backward), at the plans T, A = h1 T, cross costs
+// K and squared distances sq [VP * 8] that solve_plans_lanes and
+// cross_cost_lanes leave. gd is each lane's upstream gradient of the value,
+// gp [8 * d] of the parts (null: none); both are 0 in a lane that holds no
+// problem, which then adds nothing. xp [VP][d] is the location's components,
+// xq [8 * d] and H2T the lanes' parts (as given, not scaled) and h2^T.
+// What the problems share (dXp, dh1, drow, dbeta: the location's) is summed
+// lane-wise and reduced across the lanes once; each type's own gradients
+// (dXq [8 * d], dh2 [64], dcol [8]) are returned per lane, for the caller to
+// add to the type's slices.
+//   value: d/drow_i = (T 1)_i, d/dcol_j = (T^T 1)_j, d/dK = beta T,
+//   d/dbeta = <K, T>, d/dh1 = -T h2 T^T, d/dh2 = -T^T h1 T;
+//   K = 1 - exp(-max(sq, 0) / d): G = 2 beta T (1 - K) / d where sq >= 0,
+//   dX_p[i] += (G 1)_i x_i - sum_j G[i, j] y_j,
+//   dX_q[j] -= sum_i G[i, j] x_i - (G^T 1)_j y_j;
+//   parts V_q T^T X_p: dX_p += V_q T gp.
+template <typename V, int VP>
+void backward_lanes(const V* T, const V* A, const V* K, const V* SQ,
+                    const float* __restrict__ xp, int d, const V* xq,
+                    const V (*H2T)[8], float beta, V gd, const V* gp,
+                    float* __restrict__ dXp, float* __restrict__ dh1,
+                    float* __restrict__ drow, float* dbeta, V* dXq, V* dh2,
+                    V* dcol) {
+  constexpr int W = Lanes<V>::W;
+  constexpr int P = VP * 8;
+  // Every term but the parts' is linear in gd T.
+  V Tg[P];
+  for (int e = 0; e < P; ++e) Tg[e] = gd * T[e];
+  V sums[VP];
   for (int i = 0; i < VP; ++i) {
-    colsum += T[i];
-    kt += K[i] * T[i];
+    V r = Tg[8 * i];
+    for (int j = 1; j < 8; ++j) r += Tg[8 * i + j];
+    sums[i] = r;
   }
-  {
-    v8f c;
-    std::memcpy(&c, dcol, sizeof(c));
-    c += gd * colsum;
-    std::memcpy(dcol, &c, sizeof(c));
-  }
+  add_lane_sums(sums, VP, drow);
+  V kt = splat<V>(0.0f);
+  for (int e = 0; e < P; ++e) kt += K[e] * Tg[e];
   float ktsum = 0;
-  for (int l = 0; l < 8; ++l) ktsum += kt[l];
-  *dbeta += gd * ktsum;
-  for (int b = 0; b < R; ++b) {
-    const v8f rs = reduce_rows(T + 8 * b, add_op<v8f>);
-    v8f r;
-    std::memcpy(&r, drow + 8 * b, sizeof(r));
-    r += gd * rs;
-    std::memcpy(drow + 8 * b, &r, sizeof(r));
-  }
-  // dh1[i, k] -= gd (T h2)_i . T_k, as rows of k against the transposed
-  // plan: TT[l] holds column l of T as R vectors.
-  v8f TT[8][R];
-  for (int b = 0; b < R; ++b)
-    for (int l = 0; l < 8; ++l)
-      for (int r = 0; r < 8; ++r) TT[l][b][r] = T[8 * b + r][l];
+  for (int s = 0; s < W; ++s) ktsum += kt[s];
+  *dbeta += ktsum;
+  for (int j = 0; j < 8; ++j) dcol[j] = splat<V>(0.0f);
+  for (int i = 0; i < VP; ++i)
+    for (int j = 0; j < 8; ++j) dcol[j] += Tg[8 * i + j];
+  // dh1[i, k] -= (gd T h2)_i . T_k: row i of gd T h2 in registers, against
+  // every row k of T.
   for (int i = 0; i < VP; ++i) {
-    v8f Bi = splat(0.0f);
-    for (int j = 0; j < 8; ++j) Bi += T[i][j] * H2[j];
-    Bi *= gd;
-    for (int b = 0; b < R; ++b) {
-      v8f s;
-      std::memcpy(&s, dh1 + i * VP + 8 * b, sizeof(s));
-      for (int l = 0; l < 8; ++l) s -= Bi[l] * TT[l][b];
-      std::memcpy(dh1 + i * VP + 8 * b, &s, sizeof(s));
+    V b[8];
+    for (int l = 0; l < 8; ++l) b[l] = Tg[8 * i] * H2T[l][0];
+    for (int j = 1; j < 8; ++j)
+      for (int l = 0; l < 8; ++l) b[l] += Tg[8 * i + j] * H2T[l][j];
+    for (int k = 0; k < VP; ++k) {
+      V acc = b[0] * T[8 * k];
+      for (int l = 1; l < 8; ++l) acc += b[l] * T[8 * k + l];
+      sums[k] = -acc;
     }
+    add_lane_sums(sums, VP, dh1 + i * VP);
   }
-  // dh2[j] -= gd sum_i T[i, j] A[i]; the cross cost through
-  // K = 1 - exp(-max(sq, 0) / d): G = 2 gd beta T (1 - K) / d where sq >= 0,
-  // dX_p[i] += (G 1)_i x_i - sum_j G[i, j] y_j,
-  // dX_q[j] -= sum_i G[i, j] x_i - (G^T 1)_j y_j.
-  const float scale = 2 * gd * beta / 8;
-  v8f H2acc[8], XQacc[8], gcol = splat(0.0f);
-  for (int j = 0; j < 8; ++j) H2acc[j] = XQacc[j] = splat(0.0f);
-  v8f G[VP];
-  for (int i = 0; i < VP; ++i) {
-    const v8f g = scale * T[i] * (1.0f - K[i]);
-    G[i] = SQ[i] >= 0.0f ? g : splat(0.0f);
-    gcol += G[i];
-    for (int j = 0; j < 8; ++j) {
-      H2acc[j] += T[i][j] * A[i];
-      XQacc[j] += G[i][j] * XP[i];
-    }
-  }
+  // dh2[j, l] -= sum_i gd T[i, j] A[i, l].
   for (int j = 0; j < 8; ++j) {
-    v8f h, x;
-    std::memcpy(&h, dh2 + 8 * j, sizeof(h));
-    std::memcpy(&x, dXq + 8 * j, sizeof(x));
-    h -= gd * H2acc[j];
-    x -= XQacc[j] - gcol[j] * XQ[j];
-    std::memcpy(dh2 + 8 * j, &h, sizeof(h));
-    std::memcpy(dXq + 8 * j, &x, sizeof(x));
+    V acc[8];
+    for (int l = 0; l < 8; ++l) acc[l] = splat<V>(0.0f);
+    for (int i = 0; i < VP; ++i)
+      for (int l = 0; l < 8; ++l) acc[l] += Tg[8 * i + j] * A[8 * i + l];
+    for (int l = 0; l < 8; ++l) dh2[8 * j + l] = -acc[l];
   }
-  for (int b = 0; b < R; ++b) {
-    const v8f grow = reduce_rows(G + 8 * b, add_op<v8f>);
-    for (int r = 0; r < 8; ++r) {
-      const int i = 8 * b + r;
-      v8f acc;
-      std::memcpy(&acc, dXp + 8 * i, sizeof(acc));
-      acc += grow[r] * XP[i];
-      for (int j = 0; j < 8; ++j) acc -= G[i][j] * XQ[j];
-      std::memcpy(dXp + 8 * i, &acc, sizeof(acc));
+  // The cross cost: G in place of Tg.
+  const float scale = 2 * beta / d;
+  V* const G = Tg;
+  for (int e = 0; e < P; ++e)
+    G[e] = SQ[e] >= 0.0f ? scale * G[e] * (1.0f - K[e]) : splat<V>(0.0f);
+  V gcol[8];
+  for (int j = 0; j < 8; ++j) gcol[j] = splat<V>(0.0f);
+  for (int i = 0; i < VP; ++i)
+    for (int j = 0; j < 8; ++j) gcol[j] += G[8 * i + j];
+  for (int j = 0; j < 8; ++j)
+    for (int e = 0; e < d; ++e) {
+      V acc = splat<V>(0.0f);
+      for (int i = 0; i < VP; ++i) acc += G[8 * i + j] * xp[i * d + e];
+      dXq[j * d + e] = gcol[j] * xq[j * d + e] - acc;
+    }
+  for (int i = 0; i < VP; ++i) {
+    V grow = G[8 * i];
+    for (int j = 1; j < 8; ++j) grow += G[8 * i + j];
+    // Eight coordinates at a time, reduced across the lanes together.
+    for (int e0 = 0; e0 < d; e0 += 8) {
+      const int n = std::min(8, d - e0);
+      for (int e = e0; e < e0 + n; ++e) {
+        V acc = grow * xp[i * d + e];
+        for (int j = 0; j < 8; ++j) acc -= G[8 * i + j] * xq[j * d + e];
+        if (gp)
+          for (int j = 0; j < 8; ++j)
+            acc += (8.0f * T[8 * i + j]) * gp[j * d + e];
+        sums[e - e0] = acc;
+      }
+      if (n == 8) {
+        add_lane_sums(sums, 8, dXp + i * d + e0);
+        continue;
+      }
+      for (int e = 0; e < n; ++e) {
+        float x = 0;
+        for (int s = 0; s < W; ++s) x += sums[e][s];
+        dXp[i * d + e0 + e] += x;
+      }
     }
   }
 }
@@ -811,10 +844,10 @@ Types<scalar_t> prepare_types(const Inputs<scalar_t>& in, const Options& o) {
 // that the loops over a row or a column of the common shapes become whole
 // SIMD vectors.
 // What a caller of Solver reads from its slots besides the values: the
-// plans (parts, plans), and the terms of the envelope gradient (h1 T, the
-// cross costs and squared distances). The SIMD path, which solves in lane
-// layout, writes back only these.
-enum SlotNeeds : int { kValuesOnly = 0, kPlans = 1, kGradientTerms = 2 };
+// plans (parts, plans) or nothing. The SIMD path, which solves in lane
+// layout, writes the plans back only when asked (its gradient is taken in
+// lane layout, see solve_backward).
+enum SlotNeeds : int { kValuesOnly = 0, kPlans = 1 };
 
 template <typename scalar_t, int VP, int VQ>
 class Solver {
@@ -911,14 +944,49 @@ class Solver {
     }
     if constexpr (kSimd) {
 #ifdef __AVX512F__
-      if (count > 8) return solve_lanes<v16f>(in, ty, n, count);
+      if (count > 8) return solve_to_slots<v16f>(in, ty, n, count);
 #endif
-      return solve_lanes<v8f>(in, ty, n, count);
+      return solve_to_slots<v8f>(in, ty, n, count);
     }
     for (int s = 0; s < count; ++s)
       cross_cost(ty.xq.data() + (n + s) * Vq * d, ty.sqq.data() + (n + s) * Vq,
                  ty.scale[n + s], s);
     solve_plan(count);
+  }
+
+  // Per location m and types n .. n + count - 1 (as solve): the plans, then
+  // their envelope gradients for the upstream gradients gd [count] of the
+  // values and gp [count, Vq, d] of the parts (null: none). The location's
+  // gradients are added to dXp, dh1 and drow, each type's to its slices of
+  // dXq [N, Vq, d], dh2 [N, Vq, Vq] and dcol [N, Vq], and dbeta. Unless
+  // null, parts_out [count, Vq, d] receives the parts.
+  void solve_backward(const Inputs<scalar_t>& in, const Types<scalar_t>& ty,
+                      int n, int count, const scalar_t* gd, const scalar_t* gp,
+                      scalar_t* dXp, scalar_t* dh1, scalar_t* drow,
+                      scalar_t* dXq, scalar_t* dh2, scalar_t* dcol,
+                      scalar_t* dbeta, scalar_t* parts_out) {
+    const int d = o_.d;
+    if constexpr (kSimd) {
+      if (!poisoned(ty, n)) {
+#ifdef __AVX512F__
+        if (count > 8)
+          return solve_backward_lanes<v16f>(in, ty, n, count, gd, gp, dXp, dh1,
+                                            drow, dXq, dh2, dcol, dbeta,
+                                            parts_out);
+#endif
+        return solve_backward_lanes<v8f>(in, ty, n, count, gd, gp, dXp, dh1,
+                                         drow, dXq, dh2, dcol, dbeta,
+                                         parts_out);
+      }
+    }
+    solve(in, ty, n, count);
+    for (int s = 0; s < count; ++s) {
+      value(s);  // leaves h1 T for the gradient of h2
+      if (parts_out) parts(parts_out + s * Vq * d, s);
+      backward(gd[s], gp ? gp + s * Vq * d : nullptr, dXp, dh1, drow,
+               dXq + (n + s) * Vq * d, dh2 + (n + s) * Vq * Vq,
+               dcol + (n + s) * Vq, dbeta, s);
+    }
   }
 
   // What the caller will read from the slots (SlotNeeds).
@@ -996,15 +1064,6 @@ class Solver {
       std::fill(dcol, dcol + Vq, nan);
       *dbeta = nan;
       return;
-    }
-    if constexpr (kSimd) {
-      if (d == 8) {
-        const int o = slot * P;
-        backward_v8<VP>(T.data() + o, A.data() + o, Kc.data() + o,
-                        sq.data() + o, xp_, xq_[slot], h2_[slot], beta_, gd, gp,
-                        dXp, dh1, drow, dXq, dh2, dcol, dbeta);
-        return;
-      }
     }
     // This slot's plan, h1 T, cross cost and type.
     const int o = slot * P;
@@ -1243,6 +1302,7 @@ class Solver {
   template <typename V>
   struct TypeLanes {
     std::vector<V> parts;  // coordinate e of part j at j d + e
+    std::vector<V> xq;     // the parts as given, not scaled (the gradient's)
     V sqq[8], col[8], H2T[8][8], scale;
   };
 
@@ -1252,6 +1312,7 @@ class Solver {
     constexpr int W = Lanes<V>::W;
     const int d = o_.d;
     tl.parts.assign(8 * d, V{});
+    tl.xq.assign(8 * d, V{});
     const float* h2[W];
     for (int s = 0; s < W; ++s) {
       const int64_t src = n + std::min(s, count - 1);
@@ -1260,7 +1321,10 @@ class Solver {
         tl.col[j][s] = in.col[src * 8 + j];
         tl.sqq[j][s] = ty.sqq[src * 8 + j];
       }
-      for (int e = 0; e < 8 * d; ++e) tl.parts[e][s] = ty.xq[src * 8 * d + e];
+      for (int e = 0; e < 8 * d; ++e) {
+        tl.parts[e][s] = ty.xq[src * 8 * d + e];
+        tl.xq[e][s] = in.Xq[src * 8 * d + e];
+      }
       h2[s] = in.h2 + src * 64;
     }
     to_lanes(h2, 64, &tl.H2T[0][0]);  // h2 [j][l] so far
@@ -1286,41 +1350,99 @@ class Solver {
     return cache[g];
   }
 
+  // What the SIMD path leaves of a group (lane s: type n + s): the types'
+  // lanes, the cross costs, squared distances, plans, h1 T at them and the
+  // values.
+  template <typename V>
+  struct LaneSolution {
+    const TypeLanes<V>* tl;
+    V K[VP * 8], SQ[VP * 8], T[VP * 8], A[VP * 8], values;
+  };
+
   // The SIMD path for types n .. n + count - 1 (see TypeLanes): the cross
   // costs and the plans in lane layout (cross_cost_lanes,
-  // solve_plans_lanes), then the plans, h1 T, the cross costs and squared
-  // distances back into their slots, as far as needs_ asks.
+  // solve_plans_lanes) into out. `alone` holds the lanes of a problem
+  // solved alone (see for_each_group).
   template <typename V>
   void solve_lanes(const Inputs<scalar_t>& in, const Types<scalar_t>& ty,
-                   int64_t n, int count) {
-    constexpr int W = Lanes<V>::W;
-    TypeLanes<V> alone;  // a problem solved alone (see solve_range)
+                   int64_t n, int count, TypeLanes<V>& alone,
+                   LaneSolution<V>& out) {
     const bool group =
         n % kGroup == 0 && count == std::min<int64_t>(kGroup, o_.N - n);
     if (!group) build_lanes(in, ty, n, count, alone);
     const TypeLanes<V>& tl = group ? group_lanes<V>(in, ty, n, count) : alone;
-    V K[VP * 8], SQ[VP * 8], TV[VP * 8], AV[VP * 8], values;
+    out.tl = &tl;
     // Scaling, lane by lane: c = max(a, b), ra = a / c, rb = b / c.
     const V a = splat<V>(scale_), c = vmax(a, tl.scale);
     const V ra = a / c, rb = tl.scale / c;
     cross_cost_lanes<V>(xps.data(), sqp.data(), VP, o_.d, tl.parts.data(),
-                        tl.sqq, ra * ra, rb * rb, 2 * (ra * rb), c, K, SQ);
-    solve_plans_lanes<V, VP>(h1_, h1T0.data(), row_, tl.col, tl.H2T, K, o_, TV,
-                             AV, values);
-    float *t[W], *hT[W], *k[W], *q2[W];
-    for (int s = 0; s < W; ++s) {
-      t[s] = T.data() + s * P;
-      hT[s] = A.data() + s * P;
-      k[s] = Kc.data() + s * P;
-      q2[s] = sq.data() + s * P;
+                        tl.sqq, ra * ra, rb * rb, 2 * (ra * rb), c, out.K,
+                        out.SQ);
+    solve_plans_lanes<V, VP>(h1_, h1T0.data(), row_, tl.col, tl.H2T, out.K, o_,
+                             out.T, out.A, out.values);
+  }
+
+  // solve on the SIMD path: the values of the first count lanes, and their
+  // plans if needs_ asks, into the slots.
+  template <typename V>
+  void solve_to_slots(const Inputs<scalar_t>& in, const Types<scalar_t>& ty,
+                      int64_t n, int count) {
+    TypeLanes<V> alone;
+    LaneSolution<V> sol;
+    solve_lanes<V>(in, ty, n, count, alone, sol);
+    if (needs_ & kPlans) plans_to_slots(sol, count);
+    for (int s = 0; s < count; ++s) value_[s] = sol.values[s];
+  }
+
+  // The plans of the first count lanes into the slots.
+  template <typename V>
+  void plans_to_slots(const LaneSolution<V>& sol, int count) {
+    float* t[Lanes<V>::W];
+    for (int s = 0; s < count; ++s) t[s] = T.data() + s * P;
+    from_lanes(sol.T, VP * 8, count, t);
+  }
+
+  // solve_backward on the SIMD path: the envelope gradients of the lanes'
+  // problems (backward_lanes) straight from the lane layout.
+  template <typename V>
+  void solve_backward_lanes(const Inputs<scalar_t>& in,
+                            const Types<scalar_t>& ty, int64_t n, int count,
+                            const float* gd, const float* gp, float* dXp,
+                            float* dh1, float* drow, float* dXq, float* dh2,
+                            float* dcol, float* dbeta, float* parts_out) {
+    constexpr int W = Lanes<V>::W;
+    const int d = o_.d;
+    TypeLanes<V> alone;
+    LaneSolution<V> sol;
+    solve_lanes<V>(in, ty, n, count, alone, sol);
+    if (parts_out) {
+      plans_to_slots(sol, count);
+      for (int s = 0; s < count; ++s) parts(parts_out + s * 8 * d, s);
     }
-    if (needs_ & kPlans) from_lanes(TV, VP * 8, count, t);
-    if (needs_ & kGradientTerms) {
-      from_lanes(AV, VP * 8, count, hT);
-      from_lanes(K, VP * 8, count, k);
-      from_lanes(SQ, VP * 8, count, q2);
+    // Lanes that hold no problem get a zero upstream gradient.
+    V g = splat<V>(0.0f);
+    for (int s = 0; s < count; ++s) g[s] = gd[s];
+    std::vector<V> gpl;
+    if (gp) {
+      gpl.assign(8 * d, splat<V>(0.0f));
+      for (int s = 0; s < count; ++s)
+        for (int e = 0; e < 8 * d; ++e) gpl[e][s] = gp[s * 8 * d + e];
     }
-    for (int s = 0; s < count; ++s) value_[s] = values[s];
+    std::vector<V> dXqL(8 * d);
+    V dh2L[64], dcolL[8];
+    backward_lanes<V, VP>(sol.T, sol.A, sol.K, sol.SQ, xp_, d,
+                          sol.tl->xq.data(), sol.tl->H2T, beta_, g,
+                          gp ? gpl.data() : nullptr, dXp, dh1, drow, dbeta,
+                          dXqL.data(), dh2L, dcolL);
+    float *q[W], *h[W], *c[W];
+    for (int s = 0; s < count; ++s) {
+      q[s] = dXq + (n + s) * 8 * d;
+      h[s] = dh2 + (n + s) * 64;
+      c[s] = dcol + (n + s) * 8;
+    }
+    add_from_lanes(dXqL.data(), 8 * d, count, q);
+    add_from_lanes(dh2L, 64, count, h);
+    add_from_lanes(dcolL, 8, count, c);
   }
 
   // mmhgw.ot.round_to_polytope: scale down rows over p, then columns over
@@ -1370,7 +1492,7 @@ class Solver {
   const Options o_;
   const int Vp, Vq, P;
   // What the caller reads from the slots besides the values (SlotNeeds).
-  int needs_ = kPlans | kGradientTerms;
+  int needs_ = kPlans;
   scalar_t value_[kGroup] = {};  // SIMD path: values computed with the plans
   bool bad_[kGroup] = {};        // per slot: a poisoned problem
   bool bad_location_ = false;
@@ -1386,6 +1508,29 @@ class Solver {
   std::vector<TypeLanes<v16f>> lanes16_;
 };
 
+// Calls fn(m, n, count) for every location m in [begin, end), set on the
+// solver, and its types in groups [n, n + count) of kGroup (the last group
+// shorter), one type at a time in a group with a poisoned problem, so that
+// poisoned problems come alone.
+template <typename Solver_, typename scalar_t, typename Fn>
+void for_each_group(Solver_& solver, const Inputs<scalar_t>& in,
+                    const Types<scalar_t>& ty, int N, int64_t begin,
+                    int64_t end, Fn&& fn) {
+  for (int64_t m = begin; m < end; ++m) {
+    solver.set_location(in, m);
+    for (int n = 0; n < N; n += Solver_::kGroup) {
+      const int count = std::min(Solver_::kGroup, N - n);
+      bool alone = false;
+      for (int s = 0; s < count; ++s) alone |= solver.poisoned(ty, n + s);
+      if (!alone) {
+        fn(m, n, count);
+        continue;
+      }
+      for (int s = 0; s < count; ++s) fn(m, n + s, 1);
+    }
+  }
+}
+
 // Solves every (location m in [begin, end), type n) problem, a group of
 // types at a time, and calls fn(solver, m, n, slot) for each, with the
 // problem's value and what needs asks for (SlotNeeds) in that slot of the
@@ -1394,26 +1539,14 @@ template <typename scalar_t, int VP, int VQ, typename Fn>
 void solve_range(const Inputs<scalar_t>& in, const Options& o,
                  const Types<scalar_t>& ty, int64_t begin, int64_t end,
                  int needs, Fn&& fn) {
-  using Solver_ = Solver<scalar_t, VP, VQ>;
-  Solver_ solver(o);
+  Solver<scalar_t, VP, VQ> solver(o);
   solver.set_needs(needs);
-  for (int64_t m = begin; m < end; ++m) {
-    solver.set_location(in, m);
-    for (int n = 0; n < o.N; n += Solver_::kGroup) {
-      const int count = std::min(Solver_::kGroup, o.N - n);
-      bool alone = count == 1;
-      for (int s = 0; s < count; ++s) alone |= solver.poisoned(ty, n + s);
-      if (alone) {  // one at a time, so that poisoned problems come alone
-        for (int s = 0; s < count; ++s) {
-          solver.solve(in, ty, n + s, 1);
-          fn(solver, m, int64_t(n + s), 0);
-        }
-        continue;
-      }
-      solver.solve(in, ty, n, count);
-      for (int s = 0; s < count; ++s) fn(solver, m, int64_t(n + s), s);
-    }
-  }
+  for_each_group(solver, in, ty, o.N, begin, end,
+                 [&](int64_t m, int n, int count) {
+                   solver.solve(in, ty, n, count);
+                   for (int s = 0; s < count; ++s)
+                     fn(solver, m, int64_t(n + s), s);
+                 });
 }
 
 // Forward over locations [begin, end): dist [M, N], parts [M, N, Vq, d]
@@ -1488,16 +1621,15 @@ void backward_range(const Inputs<scalar_t>& in, const Options& o,
                     scalar_t* dh2, scalar_t* dcol, scalar_t* dbeta,
                     scalar_t* parts = nullptr) {
   const int Vp = o.Vp, Vq = o.Vq, d = o.d;
-  solve_range<scalar_t, VP, VQ>(
-      in, o, ty, begin, end, kPlans | kGradientTerms,
-      [&](auto& solver, int64_t m, int64_t n, int s) {
-        solver.value(s);  // leaves h1 T for the gradient of h2
-        if (parts) solver.parts(parts + (m * o.N + n) * Vq * d, s);
-        solver.backward(
-            grad_dist[m * o.N + n],
-            grad_parts ? grad_parts + (m * o.N + n) * Vq * d : nullptr,
-            dXp + m * Vp * d, dh1 + m * Vp * Vp, drow + m * Vp,
-            dXq + n * Vq * d, dh2 + n * Vq * Vq, dcol + n * Vq, dbeta, s);
+  Solver<scalar_t, VP, VQ> solver(o);
+  for_each_group(
+      solver, in, ty, o.N, begin, end, [&](int64_t m, int n, int count) {
+        const int64_t k = m * o.N + n;
+        solver.solve_backward(in, ty, n, count, grad_dist + k,
+                              grad_parts ? grad_parts + k * Vq * d : nullptr,
+                              dXp + m * Vp * d, dh1 + m * Vp * Vp,
+                              drow + m * Vp, dXq, dh2, dcol, dbeta,
+                              parts ? parts + k * Vq * d : nullptr);
       });
 }
 
