@@ -15,7 +15,7 @@
 // loop runs along contiguous memory and vectorises.
 #pragma once
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -274,12 +274,36 @@ template <typename V = v8f>
 inline V splat(float x) {
   return V{} + x;
 }
+// a > b ? a : b and a < b ? a : b lane by lane, NaN and signed zeros
+// included: the definition of vmaxps / vminps (b where the comparison is
+// false), which compilers do not derive from the select (a compare and a
+// blend, two instructions where one does).
 template <typename V>
 inline V vmax(V a, V b) {
+#ifdef __AVX512F__
+  if constexpr (Lanes<V>::W == 16)
+    return __builtin_bit_cast(V, _mm512_max_ps(__builtin_bit_cast(__m512, a),
+                                               __builtin_bit_cast(__m512, b)));
+#endif
+#ifdef __AVX__
+  if constexpr (Lanes<V>::W == 8)
+    return __builtin_bit_cast(V, _mm256_max_ps(__builtin_bit_cast(__m256, a),
+                                               __builtin_bit_cast(__m256, b)));
+#endif
   return a > b ? a : b;
 }
 template <typename V>
 inline V vmin(V a, V b) {
+#ifdef __AVX512F__
+  if constexpr (Lanes<V>::W == 16)
+    return __builtin_bit_cast(V, _mm512_min_ps(__builtin_bit_cast(__m512, a),
+                                               __builtin_bit_cast(__m512, b)));
+#endif
+#ifdef __AVX__
+  if constexpr (Lanes<V>::W == 8)
+    return __builtin_bit_cast(V, _mm256_min_ps(__builtin_bit_cast(__m256, a),
+                                               __builtin_bit_cast(__m256, b)));
+#endif
   return a < b ? a : b;
 }
 
