@@ -274,37 +274,40 @@ template <typename V = v8f>
 inline V splat(float x) {
   return V{} + x;
 }
-// a > b ? a : b and a < b ? a : b lane by lane, NaN and signed zeros
+// a > b ? a : b (kMax) or a < b ? a : b lane by lane, NaN and signed zeros
 // included: the definition of vmaxps / vminps (b where the comparison is
 // false), which compilers do not derive from the select (a compare and a
 // blend, two instructions where one does).
-template <typename V>
-inline V vmax(V a, V b) {
+template <bool kMax, typename V>
+inline V select_extreme(V a, V b) {
 #ifdef __AVX512F__
-  if constexpr (Lanes<V>::W == 16)
-    return __builtin_bit_cast(V, _mm512_max_ps(__builtin_bit_cast(__m512, a),
-                                               __builtin_bit_cast(__m512, b)));
+  if constexpr (Lanes<V>::W == 16) {
+    const __m512 x = __builtin_bit_cast(__m512, a);
+    const __m512 y = __builtin_bit_cast(__m512, b);
+    return __builtin_bit_cast(V,
+                              kMax ? _mm512_max_ps(x, y) : _mm512_min_ps(x, y));
+  }
 #endif
 #ifdef __AVX__
-  if constexpr (Lanes<V>::W == 8)
-    return __builtin_bit_cast(V, _mm256_max_ps(__builtin_bit_cast(__m256, a),
-                                               __builtin_bit_cast(__m256, b)));
+  if constexpr (Lanes<V>::W == 8) {
+    const __m256 x = __builtin_bit_cast(__m256, a);
+    const __m256 y = __builtin_bit_cast(__m256, b);
+    return __builtin_bit_cast(V,
+                              kMax ? _mm256_max_ps(x, y) : _mm256_min_ps(x, y));
+  }
 #endif
-  return a > b ? a : b;
+  if constexpr (kMax)
+    return a > b ? a : b;
+  else
+    return a < b ? a : b;
+}
+template <typename V>
+inline V vmax(V a, V b) {
+  return select_extreme<true>(a, b);
 }
 template <typename V>
 inline V vmin(V a, V b) {
-#ifdef __AVX512F__
-  if constexpr (Lanes<V>::W == 16)
-    return __builtin_bit_cast(V, _mm512_min_ps(__builtin_bit_cast(__m512, a),
-                                               __builtin_bit_cast(__m512, b)));
-#endif
-#ifdef __AVX__
-  if constexpr (Lanes<V>::W == 8)
-    return __builtin_bit_cast(V, _mm256_min_ps(__builtin_bit_cast(__m256, a),
-                                               __builtin_bit_cast(__m256, b)));
-#endif
-  return a < b ? a : b;
+  return select_extreme<false>(a, b);
 }
 
 template <typename V>
