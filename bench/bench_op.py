@@ -25,11 +25,13 @@ from torch import nn
 from mmhgw.benchmarking import (markdown_table, median_time,
                                 random_routing_inputs, save_json,
                                 write_section)
+from mmhgw.models.layers.hgw_caps_args import SOLVER_DEFAULTS
 from mmhgw.ops import hgw_routing
 
 H, W, CHANNELS = 50, 84, 256
 IN_TYPES, OUT_TYPES, PARTS, DIM = 32, 32, 8, 8
-SOLVER = dict(eps=1e-2, outer_iters=3, inner_iters=10)
+#: The capsule layer's solver.
+SOLVER = {k: SOLVER_DEFAULTS[k] for k in ('eps', 'outer_iters', 'inner_iters')}
 #: What the op returns beside the distances.
 OUTPUTS = ('poses', 'distance')
 

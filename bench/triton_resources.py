@@ -10,6 +10,7 @@ import argparse
 import torch
 
 from mmhgw.benchmarking import markdown_table, write_section
+from mmhgw.models.layers.hgw_caps_args import SOLVER_DEFAULTS
 from mmhgw.ops.hgw_routing_triton import (BACKWARD_TILE, FORWARD_TILE,
                                           compile_report)
 
@@ -39,12 +40,14 @@ def main():
         'problem', 'dtype', 'kernel', 'warps', 'registers / thread',
         'spilled bytes (stores + loads)', 'shared memory (KiB)', 'tensor cores'
     ], rows)
-    body += ('\n\nCompiled for sm_{0} by Triton {1}, the layer\'s solver '
-             '(eps 1e-2, 3 x 10 iterations), tiles of {2} (forward) and {3} '
-             '(backward) columns (types x parts) per program. No GPU is '
-             'needed to produce this table; it says nothing of speed.'.format(
-                 args.arch, _triton_version(), FORWARD_TILE[0],
-                 BACKWARD_TILE[0]))
+    body += (
+        '\n\nCompiled for sm_{0} by Triton {1}, the layer\'s solver '
+        '(eps {4:g}, {5} x {6} iterations), tiles of {2} (forward) and {3} '
+        '(backward) columns (types x parts) per program. No GPU is '
+        'needed to produce this table; it says nothing of speed.'.format(
+            args.arch, _triton_version(), FORWARD_TILE[0], BACKWARD_TILE[0],
+            SOLVER_DEFAULTS['eps'], SOLVER_DEFAULTS['outer_iters'],
+            SOLVER_DEFAULTS['inner_iters']))
     write_section('triton-resources',
                   f'Triton routing kernels: resources on sm_{args.arch}', body)
     print(body)

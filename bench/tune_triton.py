@@ -7,7 +7,7 @@ columns (types x parts) and warps per program;
 ``FORWARD_PRODUCTS``, ``BACKWARD_PRODUCTS``: ``tl.dot``'s precision for
 float32 in each kernel). For each, the
 op at a 256-channel capsule layer's size in float32 with the layer's
-default output (distances only; eps 1e-2, 3 x 10 iterations): forward and
+default output (distances only) and solver: forward and
 forward + backward, ``triton.testing.do_bench`` medians interleaved over
 ``--rounds`` rounds (the median of the rounds' medians, and their range),
 and its error against the float64 op on the same inputs: relative norm

@@ -708,7 +708,13 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
         raise RuntimeError('compile_report compiles the kernels, which '
                            'TRITON_INTERPRET=1 replaced by the interpreter '
                            'when this module was imported; unset it')
-    solver = dict(eps=1e-2, outer=3, inner=10, proximal=True, uniform=False)
+    # Imported here: the layer's module imports this one.
+    from mmhgw.models.layers.hgw_caps_args import SOLVER_DEFAULTS
+    solver = dict(eps=SOLVER_DEFAULTS['eps'],
+                  outer=SOLVER_DEFAULTS['outer_iters'],
+                  inner=SOLVER_DEFAULTS['inner_iters'],
+                  proximal=SOLVER_DEFAULTS['regularizer'] == 'proximal',
+                  uniform=False)
     solver.update(options or {})
     X_p = torch.zeros(1, V_p, d, dtype=dtype)
     X_q = torch.zeros(1, V_q, d, dtype=dtype)
