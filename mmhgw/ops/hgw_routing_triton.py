@@ -689,8 +689,9 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
     GPU: Triton's compiler down to PTX, then its bundled ``ptxas -v`` for
     the resource use.
 
-    ``options``: ``eps``, ``outer``, ``inner``, ``proximal``, ``uniform``
-    (default: the layer's solver). Returns, per kernel (``'forward'``,
+    ``options``: solver options as the routing op takes them (``eps``,
+    ``outer_iters``, ``inner_iters``, ``regularizer``, ``routing``), over
+    the layer's solver with HGW routing. Returns, per kernel (``'forward'``,
     ``'backward'``): ``num_warps``, ``registers`` per thread,
     ``spill_bytes`` (stores + loads), ``shared_bytes`` (shared memory a
     program needs) and ``tensor_cores`` (the PTX holds
@@ -708,17 +709,18 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
         raise RuntimeError('compile_report compiles the kernels, which '
                            'TRITON_INTERPRET=1 replaced by the interpreter '
                            'when this module was imported; unset it')
-    # Imported here: the layer's module imports this one.
+    # Imported here: the layer's module and the dispatch import this one.
     from mmhgw.models.layers.hgw_caps_args import SOLVER_DEFAULTS
-    solver = dict(eps=SOLVER_DEFAULTS['eps'],
-                  outer=SOLVER_DEFAULTS['outer_iters'],
-                  inner=SOLVER_DEFAULTS['inner_iters'],
-                  proximal=SOLVER_DEFAULTS['regularizer'] == 'proximal',
-                  uniform=False)
+    from mmhgw.ops.hgw_routing import _kernel_args
+    solver = {**SOLVER_DEFAULTS, 'routing': 'hgw'}
+    unknown = sorted(set(options or {}) - set(solver))
+    if unknown:
+        raise ValueError(f'compile_report: unknown options {unknown}; '
+                         f'expected some of {sorted(solver)}')
     solver.update(options or {})
     X_p = torch.zeros(1, V_p, d, dtype=dtype)
     X_q = torch.zeros(1, V_q, d, dtype=dtype)
-    meta = _meta(X_p, X_q, **solver)
+    meta = _meta(X_p, X_q, *_kernel_args(solver))
     pointer = {torch.float32: '*fp32', torch.float64: '*fp64'}[dtype]
     try:  # the bundled ptxas by target (Triton >= 3.7) or the only one
         ptxas = get_ptxas(arch).path

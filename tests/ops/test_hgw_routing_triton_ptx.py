@@ -41,7 +41,7 @@ def test_kernels_compile_for_sm90(dtype):
 def test_uniform_routing_and_options_compile():
     from mmhgw.ops.hgw_routing_triton import compile_report
     report = compile_report(90, torch.float32, V_p=5, V_q=3, d=2,
-                            options=dict(uniform=True, inner=1))
+                            options=dict(routing='uniform', inner_iters=1))
     assert all(k['registers'] for k in report.values())
 
 
@@ -53,3 +53,10 @@ def test_each_kernel_takes_its_own_products(monkeypatch):
     report = kernels.compile_report(90, torch.float32, V_p=5, V_q=3, d=2)
     assert report['forward']['tensor_cores'], report
     assert not report['backward']['tensor_cores'], report
+
+
+def test_unknown_option_is_refused():
+    from mmhgw.ops.hgw_routing_triton import compile_report
+    with pytest.raises(ValueError, match=r"unknown options \['outer'\]"):
+        compile_report(90, torch.float32, V_p=5, V_q=3, d=2,
+                       options=dict(outer=2))
