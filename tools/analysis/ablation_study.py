@@ -135,10 +135,11 @@ VARIANTS = {
                  'activations only)', 'hgw', [_CAPS + 'pose_from=mean']),
     'planpose': ('pose map of the plan\'s barycentric parts', 'hgw',
                  [_CAPS + 'pose_from=plan']),
-    # A third less solve per layer; whether the plans' accuracy at 2 steps
-    # (docs/benchmarks.md, convergence) costs the model any (docs/evidence.md).
-    'steps2': ('2 proximal steps instead of 3', 'hgw',
-               [_CAPS + 'solver_cfg.outer_iters=2']),
+    # The former default: a half more solve per layer for plans nearer the
+    # converged one (docs/benchmarks.md, convergence); whether the model
+    # gains from them (docs/evidence.md, twenty-sixth screen).
+    'steps3': ('3 proximal steps instead of 2', 'hgw',
+               [_CAPS + 'solver_cfg.outer_iters=3']),
     'unroll': ('gradient through the solver iterations, not the envelope',
                'hgw', [_CAPS + 'solver_cfg.grad=unroll']),
     'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [

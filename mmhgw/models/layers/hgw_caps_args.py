@@ -14,9 +14,10 @@ import torch
 from mmhgw.ot import check_solver_options
 
 #: The solver of every HGWCaps layer unless ``solver_cfg`` says otherwise:
-#: the proximal step eps and the iteration counts at which the routing plan
-#: has converged (why these: README, "What the plan is, and is not").
-SOLVER_DEFAULTS = dict(eps=1e-2, outer_iters=3, inner_iters=10,
+#: the proximal step eps and the fewest iterations at which the routing
+#: plan is near the converged one (why these: README, "What the plan is,
+#: and is not"; a third step scores no better, docs/evidence.md).
+SOLVER_DEFAULTS = dict(eps=1e-2, outer_iters=2, inner_iters=10,
                        grad='envelope', regularizer='proximal')
 
 #: The previous release's solver arguments -> their key in ``solver_cfg``.
