@@ -55,8 +55,12 @@ def test_each_kernel_takes_its_own_products(monkeypatch):
     assert not report['backward']['tensor_cores'], report
 
 
-def test_unknown_option_is_refused():
+@pytest.mark.parametrize('options, message', [
+    (dict(outer=2), r"unknown options \['outer'\]"),
+    (dict(outer_iters=0), 'outer_iters must be a positive int'),
+    (dict(routing='hard'), 'routing must be one of'),
+])
+def test_bad_options_are_refused_naming_them(options, message):
     from mmhgw.ops.hgw_routing_triton import compile_report
-    with pytest.raises(ValueError, match=r"unknown options \['outer'\]"):
-        compile_report(90, torch.float32, V_p=5, V_q=3, d=2,
-                       options=dict(outer=2))
+    with pytest.raises(ValueError, match=message):
+        compile_report(90, torch.float32, V_p=5, V_q=3, d=2, options=options)
