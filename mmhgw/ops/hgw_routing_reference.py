@@ -49,6 +49,16 @@ def factor_args(args: Sequence) -> Tuple[GWFactors, Union[float, Tensor]]:
                     f'beta); got {2 + len(args)} positional arguments')
 
 
+def check_routing_options(*, routing: str, **solver):
+    """Raise a ValueError naming an invalid ``routing`` or solver option
+    (:func:`mmhgw.ot.check_solver_options`): the op's options apart from
+    its tensors."""
+    if routing not in ROUTINGS:
+        raise ValueError(f'routing must be one of {ROUTINGS}, got '
+                         f'{routing!r}')
+    check_solver_options(**solver)
+
+
 def check_routing_args(X_p: Tensor, X_q: Tensor, factors: GWFactors,
                        beta: Union[float,
                                    Tensor], pose_weight: Optional[Tensor], *,
@@ -58,10 +68,7 @@ def check_routing_args(X_p: Tensor, X_q: Tensor, factors: GWFactors,
     the shapes of the inputs (X_p [..., V_p, d] with its factors per
     location, X_q [N, V_q, d] with its factors per type, pose_weight
     [N, V_q d, O]), a one-element ``beta`` and one device."""
-    if routing not in ROUTINGS:
-        raise ValueError(f'routing must be one of {ROUTINGS}, got '
-                         f'{routing!r}')
-    check_solver_options(**solver)
+    check_routing_options(routing=routing, **solver)
     if X_p.dim() < 2 or X_q.dim() != 3:
         raise ValueError(f'X_p must be [..., V_p, d] and X_q [N, V_q, d], '
                          f'got {tuple(X_p.shape)} and {tuple(X_q.shape)}')

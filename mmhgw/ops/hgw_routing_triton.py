@@ -712,18 +712,14 @@ def compile_report(arch: int = 90, dtype: torch.dtype = torch.float32,
     # Imported here: the layer's module and the dispatch import this one.
     from mmhgw.models.layers.hgw_caps_args import SOLVER_DEFAULTS
     from mmhgw.ops.hgw_routing import _kernel_args
-    from mmhgw.ops.hgw_routing_reference import ROUTINGS
-    from mmhgw.ot import check_solver_options
+    from mmhgw.ops.hgw_routing_reference import check_routing_options
     solver = {**SOLVER_DEFAULTS, 'routing': 'hgw'}
     unknown = sorted(set(options or {}) - set(solver))
     if unknown:
         raise ValueError(f'compile_report: unknown options {unknown}; '
                          f'expected some of {sorted(solver)}')
     solver.update(options or {})
-    if solver['routing'] not in ROUTINGS:
-        raise ValueError(f'routing must be one of {ROUTINGS}, got '
-                         f'{solver["routing"]!r}')
-    check_solver_options(**{k: v for k, v in solver.items() if k != 'routing'})
+    check_routing_options(**solver)
     X_p = torch.zeros(1, V_p, d, dtype=dtype)
     X_q = torch.zeros(1, V_q, d, dtype=dtype)
     meta = _meta(X_p, X_q, *_kernel_args(solver))
