@@ -297,6 +297,29 @@ def test_fpn_output_convs_become_capsules():
     assert [t.shape for t in a] == [t.shape for t in b]
 
 
+def test_capsule_like_keeps_the_whole_geometry_of_the_conv():
+    """Non-square kernels, strides and paddings and the padding mode of
+    the replaced convolution carry over; the converter's teacher is that
+    convolution again."""
+    from mmhgw.models.backbones import capsule_like
+    from tools.model_converters.capsules_from_stock import replaced_conv
+    conv = torch.nn.Conv2d(32, 32, (3, 1), stride=(2, 1), padding=(1, 0),
+                           dilation=(1, 2), padding_mode='reflect')
+    caps = capsule_like(
+        conv,
+        dict(type='HGWCaps', in_types=8, out_types=8, num_parts=3, part_dim=4))
+    x = torch.randn(1, 32, 9, 8)
+    with torch.no_grad():
+        assert caps.eval()(x).shape == conv(x).shape
+    teacher = replaced_conv(caps)
+    geometry = ('kernel_size', 'stride', 'padding', 'dilation', 'padding_mode')
+    for attr in geometry:
+        assert getattr(caps.embed, attr) == getattr(conv, attr), attr
+        assert getattr(teacher, attr) == getattr(conv, attr), attr
+    assert (teacher.in_channels, teacher.out_channels) == (32, 32)
+    assert (teacher.bias is None) == (conv.bias is None)
+
+
 def test_backbones_are_plain_classes_registered_by_name(tmp_path):
     """Each capsule backbone is a class of its own module, found by its
     registered name, and a built one pickles (found by its name again)."""

@@ -62,6 +62,18 @@ def test_capsule_options_are_keyword_only(cls):
     assert list(params)[1] == 'args'
 
 
+def test_layer_takes_conv2d_arguments_in_conv2d_order():
+    """The capsule layer replaces a convolution: ``nn.Conv2d``'s arguments
+    stand first, in its order, so a positional call means the same."""
+    conv = stock_parameters(torch.nn.Conv2d)
+    conv = conv[:conv.index('padding_mode') + 1]
+    assert stock_parameters(HGWCaps)[:len(conv)] == conv
+    caps = HGWCaps(64, 64, 3, 2, 1, 1, 1, True, 'reflect')
+    assert (caps.embed.stride, caps.embed.padding,
+            caps.embed.padding_mode) == ((2, 2), (1, 1), 'reflect')
+    assert caps.bias is not None
+
+
 def test_upstream_positional_calls():
     """The calls of the upstream docs and tests, unchanged but the class."""
     init_default_scope('mmdet')

@@ -102,12 +102,15 @@ def read_state_dict(path: str) -> Dict[str, torch.Tensor]:
         for k, v in ckpt.items() if isinstance(v, torch.Tensor))
 
 
-def conv_geometry(caps: nn.Module) -> Tuple[int, int, int, int]:
-    """(kernel, stride, padding, dilation) of the convolution a capsule
-    layer replaced: its per-type embedding has the same geometry."""
+def replaced_conv(caps: nn.Module) -> nn.Conv2d:
+    """A fresh convolution of the geometry a capsule layer replaced: its
+    per-type embedding has the same kernel size, stride, padding, dilation
+    and padding mode (as tuples: non-square ones too)."""
     conv = caps.embed
-    return (conv.kernel_size[0], conv.stride[0], conv.padding[0],
-            conv.dilation[0])
+    return nn.Conv2d(caps.in_channels, caps.out_channels, conv.kernel_size,
+                     stride=conv.stride, padding=conv.padding,
+                     dilation=conv.dilation, bias=caps.bias is not None,
+                     padding_mode=conv.padding_mode)
 
 
 class CapsuleSite:
@@ -119,10 +122,7 @@ class CapsuleSite:
         self.name, self.caps = name, caps
         parent_name, _, self.attr = name.rpartition('.')
         self.parent = model.get_submodule(parent_name)
-        kernel, stride, padding, dilation = conv_geometry(caps)
-        self.conv = nn.Conv2d(caps.in_channels, caps.out_channels, kernel,
-                              stride=stride, padding=padding,
-                              dilation=dilation, bias=caps.bias is not None)
+        self.conv = replaced_conv(caps)
         self.norm_attr = self._norm_attr()
         self.norm = (getattr(self.parent, self.norm_attr)
                      if self.norm_attr else None)

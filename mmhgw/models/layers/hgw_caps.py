@@ -114,6 +114,9 @@ class HGWCaps(BaseModule):
             as ``nn.Conv2d``.
         groups: must be 1 (capsule types replace channel groups).
         bias: add a learnable per-channel bias to the output.
+        padding_mode: as ``nn.Conv2d`` (``'zeros'``, ``'reflect'``,
+            ``'replicate'`` or ``'circular'``): how the patches of the
+            embedding (and of the counted observed structure) are padded.
         in_types: input capsule types (= V_p, the components).
         out_types: output capsule types (one subcapsule each).
         num_parts: parts per subcapsule (V_q).
@@ -224,13 +227,13 @@ class HGWCaps(BaseModule):
     def __init__(self, in_channels: int, out_channels: int,
                  kernel_size: int = 3, stride: int = 1, padding: int = 0,
                  dilation: int = 1, groups: int = 1, bias: bool = False,
-                 in_types: int = 32, out_types: int = 32, num_parts: int = 8,
-                 part_dim: int = 8, solver_cfg: Optional[dict] = None,
-                 beta: float = 0.5, reg_weight: float = 10.0,
-                 routing: str = 'hgw', use_observed: bool = True,
-                 observed: str = 'coactivation', temperature: float = 0.1,
-                 pose_from: str = 'mean', reg_scope: str = 'network',
-                 align_weight: float = 0.0,
+                 padding_mode: str = 'zeros', in_types: int = 32,
+                 out_types: int = 32, num_parts: int = 8, part_dim: int = 8,
+                 solver_cfg: Optional[dict] = None, beta: float = 0.5,
+                 reg_weight: float = 10.0, routing: str = 'hgw',
+                 use_observed: bool = True, observed: str = 'coactivation',
+                 temperature: float = 0.1, pose_from: str = 'mean',
+                 reg_scope: str = 'network', align_weight: float = 0.0,
                  align_temperature: Optional[float] = None,
                  subcapsule_std: float = 1.0, backend: str = 'auto',
                  conv_cfg: Optional[dict] = None,
@@ -238,9 +241,9 @@ class HGWCaps(BaseModule):
         super().__init__(init_cfg=init_cfg)
         solver_cfg, reg_weight, use_observed = resolve_legacy(
             solver_cfg, reg_weight, use_observed, legacy)
-        check_layer_args(in_channels, out_channels, groups, in_types,
-                         out_types, num_parts, part_dim, beta, reg_weight,
-                         routing, ROUTINGS, use_observed, observed,
+        check_layer_args(in_channels, out_channels, groups, padding_mode,
+                         in_types, out_types, num_parts, part_dim, beta,
+                         reg_weight, routing, ROUTINGS, use_observed, observed,
                          temperature, reg_scope, backend, BACKENDS, pose_from,
                          align_weight, align_temperature, subcapsule_std)
         # Fail at build time, not at the first forward.
@@ -267,12 +270,16 @@ class HGWCaps(BaseModule):
         #: HGWLossScaleHook; None: 1).
         self.loss_scale = None
 
-        # One embedding per input type from its own k x k patch.
+        # One embedding per input type from its own k x k patch. The
+        # padding mode is passed only where it is not the default, so that
+        # a conv_cfg type without the argument still builds.
+        pad_mode = {} if padding_mode == 'zeros' else dict(
+            padding_mode=padding_mode)
         self.embed = build_conv_layer(conv_cfg, in_channels,
                                       in_types * part_dim, kernel_size,
                                       stride=stride, padding=padding,
                                       dilation=dilation, groups=in_types,
-                                      bias=False)
+                                      bias=False, **pad_mode)
         self.subcapsules = nn.Parameter(
             torch.randn(out_types, num_parts, part_dim) * subcapsule_std)
         self.pose_weight = nn.Parameter(

@@ -34,6 +34,8 @@ ABLATIONS = {
 
 OBSERVED = ('coactivation', 'counts')
 REG_SCOPES = ('network', 'layer')
+#: The padding modes of ``nn.Conv2d``, which the embedding convolution takes.
+PADDING_MODES = ('zeros', 'reflect', 'replicate', 'circular')
 
 
 def _deprecated(old: str, new: str):
@@ -111,11 +113,11 @@ _POSITIVE = ('a positive finite number', lambda v: 0 < v < math.inf)
 _AT_LEAST_0 = ('a finite number >= 0', lambda v: 0 <= v < math.inf)
 
 
-def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
-                     num_parts, part_dim, beta, reg_weight, routing, routings,
-                     use_observed, observed, temperature, reg_scope, backend,
-                     backends, pose_from, align_weight, align_temperature,
-                     subcapsule_std):
+def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
+                     out_types, num_parts, part_dim, beta, reg_weight, routing,
+                     routings, use_observed, observed, temperature, reg_scope,
+                     backend, backends, pose_from, align_weight,
+                     align_temperature, subcapsule_std):
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):
@@ -131,7 +133,8 @@ def check_layer_args(in_channels, out_channels, groups, in_types, out_types,
         if total % types:
             raise ValueError(f'{name}={total} must be divisible by '
                              f'{name.split("_")[0]}_types={types}')
-    for name, value, allowed in (('routing', routing, routings),
+    for name, value, allowed in (('padding_mode', padding_mode, PADDING_MODES),
+                                 ('routing', routing, routings),
                                  ('reg_scope', reg_scope, REG_SCOPES),
                                  ('observed', observed,
                                   OBSERVED), ('backend', backend, backends),

@@ -3,6 +3,7 @@ solver sees and what its regulariser E compares, from the components, the
 subcapsules and the layer's input."""
 from typing import NamedTuple, Optional, Tuple
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mmhgw.ops import component_structures, component_terms
@@ -50,8 +51,17 @@ def observed_input(x: Tensor, types: int, embed: nn.Conv2d, use_observed: bool,
     (``observed='counts'``), else None."""
     if not (use_observed and observed == 'counts'):
         return None
-    return count_structure(x, types, embed.kernel_size, embed.stride,
-                           embed.padding, embed.dilation).to(x.dtype)
+    padding = embed.padding
+    if embed.padding_mode != 'zeros' or isinstance(padding, str):
+        # The patches the embedding sees ('same' may pad one side more, a
+        # padding mode pads with the image's own pixels): padded as the
+        # convolution pads them, then counted without padding of their own.
+        mode = ('constant'
+                if embed.padding_mode == 'zeros' else embed.padding_mode)
+        x = F.pad(x, embed._reversed_padding_repeated_twice, mode=mode)
+        padding = 0
+    return count_structure(x, types, embed.kernel_size, embed.stride, padding,
+                           embed.dilation).to(x.dtype)
 
 
 def layer_structures(X_p: Tensor, X_q: Tensor, beta: Tensor,

@@ -228,6 +228,7 @@ def test_eval_is_deterministic_and_state_dict_round_trips():
     (dict(in_channels=18), 'in_channels=18 must be divisible by in_types=4'),
     (dict(out_channels=10), 'out_channels=10 must be divisible by'),
     (dict(groups=2), 'groups must be 1'),
+    (dict(padding_mode='mirror'), 'padding_mode must be one of'),
     (dict(routing='dynamic'), 'routing must be one of'),
     (dict(ablation='D'), 'ablation must be one of'),
     (dict(grad='implicit'), 'grad must be one of'),
@@ -374,6 +375,44 @@ def test_counts_variant_trains_and_differs_from_coactivation(backend):
         assert not torch.allclose(caps.eval()(x), coact.eval()(x))
     with pytest.raises(ValueError, match='observed must be one of'):
         small_caps(observed='labels')
+
+
+@pytest.mark.parametrize('observed', ['coactivation', 'counts'])
+@pytest.mark.parametrize('geometry', [
+    dict(padding=1, padding_mode='reflect'),
+    dict(padding=1, padding_mode='replicate', stride=2),
+    dict(kernel_size=(3, 5), padding=(1, 2), padding_mode='circular'),
+    dict(padding='same', dilation=2),
+])
+def test_padding_as_conv2d_pads_it(observed, geometry):
+    """The output grid is nn.Conv2d's for every padding mode and for
+    ``padding='same'``; the counted observed structure counts the patches
+    as the embedding pads them: those of the padded input, unpadded."""
+    from mmhgw.models.layers import count_structure
+    args = dict(kernel_size=3, stride=1, padding=0)
+    args.update(geometry)
+    torch.manual_seed(0)
+    caps = HGWCaps(16, 8, observed=observed, **dict(SMALL, **args)).eval()
+    conv = nn.Conv2d(16, 8, **args)
+    x = torch.randn(2, 16, 9, 7) * 2
+    with torch.no_grad():
+        out = caps(x)
+    assert out.shape == conv(x).shape and torch.isfinite(out).all()
+    assert caps.embed.padding_mode == conv.padding_mode
+    if observed == 'counts':
+        mode = ('constant'
+                if conv.padding_mode == 'zeros' else conv.padding_mode)
+        padded = nn.functional.pad(x, conv._reversed_padding_repeated_twice,
+                                   mode=mode)
+        expected = count_structure(padded, 4, conv.kernel_size, conv.stride, 0,
+                                   conv.dilation)
+        torch.testing.assert_close(caps.route(x)['obs_p'], expected)
+    if conv.padding_mode != 'zeros':
+        # The mode matters: zero padding gives other capsules at the border.
+        zeros = copy.deepcopy(caps)
+        zeros.embed.padding_mode = 'zeros'
+        with torch.no_grad():
+            assert not torch.allclose(zeros(x), out)
 
 
 def test_zipf_structure_is_bounded_and_one_without_interaction():
