@@ -8,6 +8,8 @@ Works for mmdet and mmseg configs alike: the Runner reads ``default_scope``.
 One run at a time per work dir (a second one refuses to start); ``--resume``
 without a path continues from the work dir's ``last_checkpoint`` or refuses
 to start, naming what it looked for (see ``mmhgw/engine/work_dir.py``).
+Ctrl-C or SIGTERM stops a run after the iteration in progress, with a
+checkpoint of it to resume from (``InterruptCheckpointHook``).
 """
 import argparse
 
@@ -17,7 +19,7 @@ import mmhgw  # noqa: F401  (registers mmhgw; safe checkpoint loading)
 from mmhgw.config_check import check_registry_types
 from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.cpu_dist import finish_distributed, prepare_cpu_distributed
-from mmhgw.engine.hooks import CheckpointFitHook
+from mmhgw.engine.hooks import CheckpointFitHook, InterruptCheckpointHook
 from mmhgw.engine.preflight import check_weight_sources
 from mmhgw.engine.work_dir import claim_work_dir
 
@@ -55,6 +57,8 @@ def main():
     runner = Runner.from_cfg(cfg)
     if cfg.get('resume'):
         runner.register_hook(CheckpointFitHook(cfg.load_from, 'resume'))
+    if not any(isinstance(h, InterruptCheckpointHook) for h in runner.hooks):
+        runner.register_hook(InterruptCheckpointHook())
     runner.train()
     finish_distributed()
 

@@ -1,0 +1,126 @@
+"""A checkpoint when training is interrupted (Ctrl-C, a scheduler's
+SIGTERM), so that ``--resume`` continues from there instead of from the
+last periodic checkpoint."""
+import os.path as osp
+import signal
+import threading
+
+import torch
+from mmengine.dist import all_reduce, get_world_size, is_main_process
+from mmengine.hooks import CheckpointHook, Hook
+from mmengine.runner import EpochBasedTrainLoop
+
+from mmhgw.registry import HOOKS
+
+#: The signals that ask a run to stop: the terminal's Ctrl-C and what
+#: cluster schedulers (Slurm, Kubernetes) send before they kill a job.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@HOOKS.register_module()
+class InterruptCheckpointHook(Hook):
+    """Saves a checkpoint after the iteration in which SIGINT or SIGTERM
+    arrived, then stops the run with exit status ``128 + signal`` (130 for
+    Ctrl-C, 143 for SIGTERM), as a process killed by the signal reports.
+
+    Without it an interrupted run loses every iteration since its last
+    periodic checkpoint (2000 in mmseg's 20k schedule, a whole epoch in
+    mmdet's). The first signal only sets a flag; the iteration in progress
+    finishes, the checkpoint is written and ``last_checkpoint`` names it,
+    so ``tools/train.py --resume`` (or ``resume=True``) continues from it.
+    The stock handlers are back in place from the first signal on: a second
+    Ctrl-C stops at once, as without the hook (during a long validation,
+    say; the flag is read after training iterations only).
+
+    Iteration-based loops get the ``CheckpointHook``'s own file
+    (``iter_{N}.pth``, counted in ``max_keep_ckpts``) and resume exactly
+    where they stopped. Epoch-based loops can only resume at an epoch's
+    start: the file ``epoch_{E}_iter_{N}.pth`` (interrupted in epoch E at
+    iteration N, both counted from 1 as the log counts them) records E - 1
+    epochs as complete, so the resumed run repeats epoch E from its start,
+    with the iteration count (and iteration-based schedules such as
+    warm-up) carried on. In distributed training the
+    ranks agree on the flag (one scalar all-reduce per iteration), so they
+    stop at the same iteration. Handlers can only be set in the main
+    thread; elsewhere the hook does nothing.
+
+    ``tools/train.py`` registers it for every run; a config may list it in
+    ``custom_hooks`` instead.
+    """
+    priority = 'LOWEST'  # after the CheckpointHook's own save (VERY_LOW)
+
+    def __init__(self):
+        self.received = None  # the signal number, once one arrived
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        self.received = signum
+        self._restore()
+        print(
+            f'{signal.Signals(signum).name} received: training stops '
+            f'after this iteration, once its checkpoint is saved; send '
+            f'it again to stop now', flush=True)
+
+    def _restore(self):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def before_train(self, runner):
+        self.received = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._handle)
+
+    def after_train(self, runner):
+        self._restore()
+
+    def _agreed(self) -> int:
+        """The signal any rank received (0: none)."""
+        received = self.received or 0
+        if get_world_size() == 1:
+            return received
+        flag = torch.tensor(float(received))
+        all_reduce(flag, op='max')
+        return int(flag.item())
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs=None):
+        signum = self._agreed()
+        if not signum:
+            return
+        self._restore()
+        path = self._save(runner)
+        runner.logger.warning(
+            f'{signal.Signals(signum).name}: stopped after iteration '
+            f'{runner.iter + 1}; saved {path}. tools/train.py --resume '
+            f'continues from it.')
+        raise SystemExit(128 + signum)
+
+    @staticmethod
+    def _save(runner) -> str:
+        """Writes the checkpoint of the state after this iteration and
+        points ``last_checkpoint`` at it; returns its path."""
+        saver = next(
+            (h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
+        by_epoch = isinstance(runner.train_loop, EpochBasedTrainLoop)
+        if saver is not None and not saver.by_epoch and not by_epoch:
+            name = saver.filename_tmpl.format(runner.iter + 1)
+            if saver.last_ckpt is None or \
+                    osp.basename(saver.last_ckpt) != name:
+                saver._save_checkpoint(runner)  # its own file and rotation
+            return saver.last_ckpt
+        out_dir = runner.work_dir if saver is None else saver.out_dir
+        # Epoch and iteration counted from 1, as the log counts them.
+        name = (f'epoch_{runner.epoch + 1}_iter_{runner.iter + 1}.pth'
+                if by_epoch else f'iter_{runner.iter + 1}.pth')
+        # by_epoch=False: the meta says `epoch` epochs are complete and
+        # `iter + 1` iterations have run, which is what resume restores.
+        runner.save_checkpoint(out_dir, name, by_epoch=False)
+        path = osp.join(out_dir, name)
+        if is_main_process():
+            with open(osp.join(runner.work_dir, 'last_checkpoint'), 'w') as f:
+                f.write(path)
+        return path
