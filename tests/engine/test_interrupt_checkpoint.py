@@ -188,3 +188,23 @@ def test_train_tool_saves_on_sigterm_and_resumes(tmp_path, reduced_seg_config):
     ], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert osp.basename(last_checkpoint(work)) == f'iter_{stopped_at + 1}.pth'
+
+
+def test_handlers_left_by_a_failed_run_act_as_before(tmp_path):
+    """A run that ends in an error skips after_train; a later Ctrl-C must
+    still interrupt, not wait for an iteration that never comes."""
+
+    class Fail(Hook):
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None,
+                             outputs=None):
+            raise RuntimeError('diverged')
+
+    runner = toy_runner(tmp_path, hooks=[Fail()])
+    with pytest.raises(RuntimeError, match='diverged'):
+        runner.train()
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100):  # the handler runs between bytecodes
+            pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

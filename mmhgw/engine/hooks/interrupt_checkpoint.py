@@ -1,6 +1,7 @@
 """A checkpoint when training is interrupted (Ctrl-C, a scheduler's
 SIGTERM), so that ``--resume`` continues from there instead of from the
 last periodic checkpoint."""
+import os
 import os.path as osp
 import signal
 import threading
@@ -52,14 +53,30 @@ class InterruptCheckpointHook(Hook):
     def __init__(self):
         self.received = None  # the signal number, once one arrived
         self._previous = {}
+        self._loop = None  # the train loop whose run the handlers serve
 
     def _handle(self, signum, frame):
-        self.received = signum
+        previous = self._previous.get(signum, signal.SIG_DFL)
         self._restore()
+        if not self._training(frame):
+            # Handlers left by a run that ended in an error (no after_train
+            # then): the signal does what it did before the run.
+            _deliver(signum, previous, frame)
+            return
+        self.received = signum
         print(
             f'{signal.Signals(signum).name} received: training stops '
             f'after this iteration, once its checkpoint is saved; send '
             f'it again to stop now', flush=True)
+
+    def _training(self, frame) -> bool:
+        """Whether the train loop's ``run`` is on the interrupted stack."""
+        while frame is not None:
+            if frame.f_code.co_name == 'run' and \
+                    frame.f_locals.get('self') is self._loop:
+                return True
+            frame = frame.f_back
+        return False
 
     def _restore(self):
         for signum, handler in self._previous.items():
@@ -68,8 +85,10 @@ class InterruptCheckpointHook(Hook):
 
     def before_train(self, runner):
         self.received = None
+        self._restore()  # a previous run's, if it ended in an error
         if threading.current_thread() is not threading.main_thread():
             return
+        self._loop = runner.train_loop
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.getsignal(signum)
             signal.signal(signum, self._handle)
@@ -124,3 +143,14 @@ class InterruptCheckpointHook(Hook):
             with open(osp.join(runner.work_dir, 'last_checkpoint'), 'w') as f:
                 f.write(path)
         return path
+
+
+def _deliver(signum, handler, frame):
+    """Acts on ``signum`` as ``handler`` (a ``signal.getsignal`` value)
+    would: calls it, ignores the signal, or (the default action) sends it
+    again with the default handler in place."""
+    if callable(handler):
+        handler(signum, frame)
+    elif handler in (signal.SIG_DFL, None):
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
