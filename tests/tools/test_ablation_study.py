@@ -220,9 +220,52 @@ def test_base_channels_narrow_the_stock_model_to_hgw_parameters(study):
     assert study.matched_width(Args, 'seg') == 34
 
 
+def test_deeplabv3plus_family_narrows_its_stock_model_to_hgw_parameters(study):
+    """The paper's placement (capsules in the dilated ResNet's stages 3-4)
+    with its own controls: the narrowed stock DeepLabV3+ is the stock
+    config at the width whose count is nearest the HGWCaps model's, heads
+    scaled with the backbone; capsule variants change the layer alone."""
+
+    class Args:
+        family = 'deeplabv3plus'
+        base_channels = 16
+        cfg_options = None
+
+    assert study.config_of(Args, 'seg', 'narrow') == \
+        study.config_of(Args, 'seg', 'stock')
+    assert study.config_of(Args, 'seg', 'uniform') == \
+        study.config_of(Args, 'seg', 'hgw')
+    assert study.model_options(Args, 'seg', 'uniform') == \
+        study.resnet_v1c_width(16) + [
+            'model.backbone.hgw_cfg.routing=uniform']
+
+    def params(variant, base):
+        return study.count_parameters(study.config_of(Args, 'seg', variant),
+                                      study.resnet_v1c_width(base))
+
+    target = params('hgw', 16)
+    narrow = study.model_options(Args, 'seg', 'narrow')
+    base = int(narrow[1].split('=')[1])
+    assert narrow == study.resnet_v1c_width(base)
+    assert 1 <= base < 16
+    gaps = {
+        b: abs(params('stock', b) - target)
+        for b in (base - 1, base, base + 1)
+    }
+    assert min(gaps, key=gaps.get) == base
+    # The stock config does not write its width: the backbone's default.
+    Args.base_channels = None
+    assert study.model_options(Args, 'seg', 'stock') == []
+    assert study.model_options(Args, 'seg', 'narrow') == \
+        study.resnet_v1c_width(study.matched_width(Args, 'seg'))
+
+
 @pytest.mark.parametrize('argv, message', [
     (['--base-channels', '0'], '--base-channels must be >= 1'),
-    (['--tasks', 'det', '--base-channels', '8'], "not to ['det']"),
+    (['--tasks', 'det', '--base-channels', '8'], "not to the tasks ['det']"),
+    (['--family', 'deeplabv3plus', '--variants', 'hgw', 'dec_only'
+      ], "variant 'dec_only' exists for the models ['unet']"),
+    (['--family', 'crop128', '--tasks', 'det'], "no 'det' task"),
 ])
 def test_base_channels_is_checked(study, monkeypatch, capsys, argv, message):
     monkeypatch.setattr(sys, 'argv', ['ablation_study.py', *argv])
@@ -241,7 +284,7 @@ def test_placement_variant_moves_the_unet_capsules_and_is_seg_only(
         family = 'crop128'
 
     cfg = Config.fromfile(osp.join(ROOT, study.config_of(Args, 'seg', 'hgw')))
-    merge_options(cfg, study.variant_options('dec_only', 'seg'))
+    merge_options(cfg, study.variant_options('dec_only', 'unet'))
     kwargs = {k: v for k, v in cfg.model.backbone.items() if k != 'type'}
     kwargs.update(base_channels=4, init_cfg=None)
     assert HGWCapsUNet(**kwargs).hgw_layers == ['decoder.3.conv_block']
@@ -251,7 +294,7 @@ def test_placement_variant_moves_the_unet_capsules_and_is_seg_only(
     with pytest.raises(SystemExit):
         study.parse_args()
     err = capsys.readouterr().err
-    assert "variant 'dec_only' exists for the tasks ['seg']" in err
+    assert "variant 'dec_only' exists for the models ['unet']" in err
 
 
 def test_narrowed_control_of_a_placement_matches_its_parameter_count(study):

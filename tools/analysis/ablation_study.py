@@ -20,7 +20,7 @@ a bar chart with error bars.
 
     python tools/analysis/ablation_study.py [--tasks seg [det]]
         [--seeds 0 1 2] [--variants stock narrow hgw uniform ...]
-        [--family demo|crop128] [--data-root DIR] [--iters N]
+        [--family demo|crop128|deeplabv3plus] [--data-root DIR] [--iters N]
         [--work-dir work_dirs/ablations] [--data data/ablations]
         [--out docs/ablations.md] [--image docs/images/ablations.png]
         [--title TITLE] [--section KEY] [--base-channels C]
@@ -53,28 +53,6 @@ from mmhgw.doc_sections import check_section, write_section
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-#: Config files of each family: the stock model, the stock model narrowed to
-#: the HGWCaps model's parameter count, and the HGWCaps model, per task.
-#: ``demo``: the demo configs (images resized to 128x128), for the built-in
-#: sets; ``crop128``: UNet trained on 128x128 crops at native resolution and
-#: tested on whole images, for real sets whose structures are a few pixels
-#: wide.
-FAMILIES = {
-    'demo': {
-        'seg': dict(stock='configs/demo/unet-s5-d16_fcn_demo-isic.py',
-                    narrow='configs/demo/unet-s5-d16-c34_fcn_demo-isic.py',
-                    hgw='configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py'),
-        'det': dict(
-            stock='configs/demo/mask-rcnn_r50_fpn_demo-shapes.py',
-            hgw='configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py'),
-    },
-    'crop128': {
-        'seg': dict(stock='configs/study/unet-s5-d16_fcn_crop128.py',
-                    narrow='configs/study/unet-s5-d16-c34_fcn_crop128.py',
-                    hgw='configs/study/unet-hgwcaps-s5-d16_fcn_crop128.py'),
-    },
-}
-
 
 def unet_width(base: int) -> list:
     """``--cfg-options`` giving a UNet s5-d16 FCN config ``base`` channels
@@ -88,17 +66,89 @@ def unet_width(base: int) -> list:
     ]
 
 
-#: Task -> the options giving its models of every family a width
-#: (``--base-channels``); the segmentation models of every family are UNets.
-WIDTHS = {'seg': unet_width}
+def resnet_v1c_width(base: int) -> list:
+    """``--cfg-options`` giving a DeepLabV3+ R-50-D8 config ``base``
+    channels in its first stage (stem and stage planes; stage 4 puts out
+    ``32 * base``), the heads scaled with it as mmseg's R-18 configs scale
+    them against R-50's (ASPP and FCN head at a quarter of their input,
+    the low-level projection at 3/16 of stage 1's output)."""
+    return [
+        f'model.backbone.stem_channels={base}',
+        f'model.backbone.base_channels={base}',
+        f'model.decode_head.in_channels={32 * base}',
+        f'model.decode_head.channels={8 * base}',
+        f'model.decode_head.c1_in_channels={4 * base}',
+        f'model.decode_head.c1_channels={max(1, round(3 * base / 4))}',
+        f'model.auxiliary_head.in_channels={16 * base}',
+        f'model.auxiliary_head.channels={4 * base}'
+    ]
+
+
+#: The models the families train: the title of a report section, the
+#: ``--cfg-options`` giving the model a first-stage width (``width``; none:
+#: ``--base-channels`` and width-matched controls do not apply), and that
+#: width where the stock config does not write it (``stock_width``: the
+#: backbone class's default).
+MODELS = {
+    'unet': dict(title='UNet s5-d16', width=unet_width),
+    'deeplabv3plus': dict(title='DeepLabV3+ R-50-D8', width=resnet_v1c_width,
+                          stock_width=64),
+    'mask-rcnn': dict(title='Mask R-CNN R-50 FPN'),
+}
+
+#: Config files of each family per task: its model (``MODELS``) and the
+#: configs of the stock model, the stock model narrowed to the HGWCaps
+#: model's parameter count (where a config fixes that width; otherwise the
+#: study finds it, see ``MATCHES``) and the HGWCaps model. ``demo``: the
+#: demo configs (images resized to 128x128), for the built-in sets;
+#: ``crop128``: UNet trained on 128x128 crops at native resolution and
+#: tested on whole images, for real sets whose structures are a few pixels
+#: wide; ``deeplabv3plus``: the demo's DeepLabV3+ R-50-D8 (capsules in the
+#: dilated ResNet's stages 3-4, the paper's placement), images resized to
+#: 128x128.
+FAMILIES = {
+    'demo': {
+        'seg': ('unet',
+                dict(stock='configs/demo/unet-s5-d16_fcn_demo-isic.py',
+                     narrow='configs/demo/unet-s5-d16-c34_fcn_demo-isic.py',
+                     hgw='configs/demo/unet-hgwcaps-s5-d16_fcn_demo-isic.py')),
+        'det': (
+            'mask-rcnn',
+            dict(stock='configs/demo/mask-rcnn_r50_fpn_demo-shapes.py',
+                 hgw='configs/demo/mask-rcnn_hgwcaps-r50_fpn_demo-shapes.py')),
+    },
+    'crop128': {
+        'seg': ('unet',
+                dict(stock='configs/study/unet-s5-d16_fcn_crop128.py',
+                     narrow='configs/study/unet-s5-d16-c34_fcn_crop128.py',
+                     hgw='configs/study/unet-hgwcaps-s5-d16_fcn_crop128.py')),
+    },
+    'deeplabv3plus': {
+        'seg': ('deeplabv3plus',
+                dict(
+                    stock='configs/demo/deeplabv3plus_r50-d8_demo-isic.py',
+                    hgw='configs/demo/'
+                    'deeplabv3plus_hgwcaps-r50-d8_demo-isic.py')),
+    },
+}
+
+
+def model_of(args, task) -> str:
+    """The model (a key of ``MODELS``) of ``task`` in the study's family."""
+    family = FAMILIES[args.family]
+    if task not in family:
+        raise SystemExit(f'family {args.family!r} has no {task!r} task; '
+                         f'it has {sorted(family)}')
+    return family[task][0]
+
 
 _CAPS = 'model.backbone.hgw_cfg.'
 
 #: Variant -> (description, model of the family it starts from, options).
 #: Every variant but the stock ones is the HGWCaps model with one setting
 #: of its capsule layers changed, so that a variant means the same in every
-#: family; options given per task (a dict) change the backbone itself and
-#: exist for those tasks only.
+#: family; options given per model (a dict keyed by ``MODELS``) change the
+#: backbone itself and exist for those models only.
 VARIANTS = {
     'stock': ('stock model, no capsules', 'stock', []),
     'narrow': ('stock model narrowed to the HGWCaps parameter count', 'narrow',
@@ -157,13 +207,13 @@ VARIANTS = {
     'dec_only': ('capsules in the deepest decoder stage only, not also in '
                  'the deepest encoder stage (the paper\'s parameter share)',
                  'hgw', {
-                     'seg': [
+                     'unet': [
                          'model.backbone.enc_with_hgw='
                          '[False,False,False,False,False]'
                      ]
                  }),
     'narrow_dec_only': ('stock model narrowed to the dec_only parameter '
-                        'count', 'stock', {'seg': []}),
+                        'count', 'stock', {'unet': []}),
 }
 
 #: Narrowed stock variant -> the HGWCaps variant whose parameter count it
@@ -174,16 +224,16 @@ VARIANTS = {
 MATCHES = {'narrow': 'hgw', 'narrow_dec_only': 'dec_only'}
 
 
-def variant_options(variant: str, task: str) -> list:
-    """The ``--cfg-options`` that turn the family's model into
-    ``variant`` for ``task``."""
+def variant_options(variant: str, model: str) -> list:
+    """The ``--cfg-options`` that turn the family's ``model`` (a key of
+    ``MODELS``) into ``variant``."""
     options = VARIANTS[variant][2]
     if not isinstance(options, dict):
         return options
-    if task not in options:
-        raise SystemExit(f'variant {variant!r} exists for the tasks '
-                         f'{sorted(options)}, not for {task!r}')
-    return options[task]
+    if model not in options:
+        raise SystemExit(f'variant {variant!r} exists for the models '
+                         f'{sorted(options)}, not for {model!r}')
+    return options[model]
 
 
 TASKS = {
@@ -191,29 +241,30 @@ TASKS = {
     # ranks pixels well but thresholds them wrong (one class everywhere,
     # common in short schedules) from one that learned nothing.
     'seg': dict(
-        title='UNet s5-d16',
         metrics=[('mIoU', 'mIoU'), ('mDice', 'mDice'), ('AUC', 'sep/AUC'),
                  ('best-threshold mIoU', 'sep/best_mIoU')], data='ISIC2018',
         extra_metrics=[dict(type='SeparabilityMetric')]),
     'det': dict(
-        title='Mask R-CNN R-50 FPN', metrics=[('bbox mAP', 'coco/bbox_mAP'),
-                                              ('segm mAP', 'coco/segm_mAP')],
+        metrics=[('bbox mAP', 'coco/bbox_mAP'), ('segm mAP', 'coco/segm_mAP')],
         data='coco'),
 }
 
 
 def config_of(args, task, variant):
-    """The config file of ``variant`` in the study's family."""
-    models = FAMILIES[args.family].get(task)
-    if models is None:
-        raise SystemExit(f'family {args.family!r} has no {task!r} task; '
-                         f'it has {sorted(FAMILIES[args.family])}')
+    """The config file of ``variant`` in the study's family. A narrowed
+    stock variant of a family without a narrowed config is its stock
+    config at the width ``matched_width`` finds."""
+    model = model_of(args, task)
+    configs = FAMILIES[args.family][task][1]
     role = VARIANTS[variant][1]
-    if role not in models:
+    if role == 'narrow' and 'narrow' not in configs and \
+            'width' in MODELS[model]:
+        role = 'stock'
+    if role not in configs:
         raise SystemExit(f'family {args.family!r} has no {role!r} model for '
                          f'{task!r} (variant {variant!r}); it has '
-                         f'{sorted(models)}')
-    return models[role]
+                         f'{sorted(configs)}')
+    return configs[role]
 
 
 def data_root_of(args, task):
@@ -332,14 +383,17 @@ def matched_width(args, task, variant='narrow'):
     extra = list(args.cfg_options or [])
     key = (args.family, task, args.base_channels, variant, tuple(extra))
     if key not in _MATCHED:
-        width, target_variant = WIDTHS[task], MATCHES[variant]
+        model = MODELS[model_of(args, task)]
+        width, target_variant = model['width'], MATCHES[variant]
         stock = config_of(args, task, 'stock')
         top = args.base_channels
         if top is None:
-            top = merged_config(stock, extra).model.backbone.base_channels
+            top = merged_config(stock, extra).model.backbone.get(
+                'base_channels', model.get('stock_width'))
         target = count_parameters(
             config_of(args, task, target_variant),
-            width(top) + variant_options(target_variant, task) + extra)
+            width(top) +
+            variant_options(target_variant, model_of(args, task)) + extra)
         counts = {}  # width -> stock count; each model built once
 
         def count_at(b):
@@ -362,11 +416,12 @@ def matched_width(args, task, variant='narrow'):
 _MATCHED = {}
 
 
-def width_is_matched(args, variant):
+def width_is_matched(args, task, variant):
     """Whether ``variant`` is a narrowed stock model whose width
     ``matched_width`` finds, rather than one its config file fixes."""
-    return variant in MATCHES and (args.base_channels is not None
-                                   or VARIANTS[variant][1] != 'narrow')
+    return variant in MATCHES and (
+        args.base_channels is not None or VARIANTS[variant][1] != 'narrow'
+        or 'narrow' not in FAMILIES[args.family][task][1])
 
 
 def model_options(args, task, variant):
@@ -375,11 +430,12 @@ def model_options(args, task, variant):
     model's width matches the capsule variant ``MATCHES`` names), its
     setting (``VARIANTS``), then ``--cfg-options``."""
     base = args.base_channels
-    if width_is_matched(args, variant):
+    if width_is_matched(args, task, variant):
         base = matched_width(args, task, variant)
-    width = [] if base is None else WIDTHS[task](base)
-    return width + variant_options(variant, task) + list(args.cfg_options
-                                                         or [])
+    model = model_of(args, task)
+    width = [] if base is None else MODELS[model]['width'](base)
+    return width + variant_options(variant, model) + list(args.cfg_options
+                                                          or [])
 
 
 def train_and_test(task, variant, seed, args):
@@ -616,7 +672,7 @@ def report(args, tasks, results, params, duration):
     ]
     narrowed = [
         f'`{v}` at {matched_width(args, tasks[0], v)}' for v in args.variants
-        if width_is_matched(args, v)
+        if width_is_matched(args, tasks[0], v)
     ]
     if args.base_channels is not None or narrowed:
         at = ('Models at their configs\' widths' if args.base_channels is None
@@ -631,7 +687,7 @@ def report(args, tasks, results, params, duration):
         parts.append('Options for every run: `' + ' '.join(args.cfg_options) +
                      '`.\n')
     for task in tasks:
-        parts.append(f'## {TASKS[task]["title"]}, `{data}`, '
+        parts.append(f'## {MODELS[model_of(args, task)]["title"]}, `{data}`, '
                      f'{"/".join(map(str, iters[task]))} iterations\n')
         parts.append(
             task_section(task, args.variants, results[task], params[task]) +
@@ -674,7 +730,8 @@ def parse_args():
     parser.add_argument(
         '--base-channels', type=int,
         help='first-stage width of every model (UNet: base_channels, heads '
-        'alike); a narrowed stock model gets the width that matches its '
+        'alike; DeepLabV3+: stem and stage planes, heads scaled with them); '
+        'a narrowed stock model gets the width that matches its '
         'capsule model\'s parameter count at it. Default: each config\'s '
         'own')
     parser.add_argument('--cfg-options', nargs='+', default=None,
@@ -693,18 +750,23 @@ def parse_args():
         if args.base_channels < 1:
             parser.error(f'--base-channels must be >= 1, got '
                          f'{args.base_channels}')
-        others = sorted(set(args.tasks) - set(WIDTHS))
+        others = sorted(t for t in args.tasks
+                        if 'width' not in MODELS[model_of(args, t)])
         if others:
-            parser.error(f'--base-channels applies to the tasks '
-                         f'{sorted(WIDTHS)}; not to {others}')
+            parser.error(f'--base-channels applies to the models '
+                         f'{sorted(m for m in MODELS if "width" in MODELS[m])}'
+                         f'; not to the tasks {others} of family '
+                         f'{args.family!r}')
     if args.iters is not None and args.iters < 1:
         parser.error(f'--iters must be >= 1, got {args.iters}')
     for task in args.tasks:
-        for variant in args.variants:
-            try:
-                variant_options(variant, task)
-            except SystemExit as err:
-                parser.error(f'--variants: {err}')
+        try:
+            model = model_of(args, task)
+            for variant in args.variants:
+                variant_options(variant, model)
+                config_of(args, task, variant)
+        except SystemExit as err:
+            parser.error(f'--variants: {err}')
     if not re.fullmatch(r'[\w.-]+', args.section):
         parser.error(f'--section must be letters, digits, "_", "-" or "." '
                      f'(it names the marker lines); got {args.section!r}')
