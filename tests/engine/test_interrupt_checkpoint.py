@@ -208,3 +208,26 @@ def test_handlers_left_by_a_failed_run_act_as_before(tmp_path):
         for _ in range(100):  # the handler runs between bytecodes
             pass
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_other_stop_signal_asks_for_the_same_stop(tmp_path):
+    """Ctrl-C, then the launcher's SIGTERM in the same iteration: one
+    checkpoint, the first signal's exit status; a second Ctrl-C would
+    have found the stock handler."""
+
+    class Both(SignalAt):
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None,
+                             outputs=None):
+            super().after_train_iter(runner, batch_idx, data_batch, outputs)
+            if runner.iter + 1 == self.at:
+                assert signal.getsignal(signal.SIGINT) is \
+                    signal.default_int_handler
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    runner = toy_runner(tmp_path, hooks=[Both(2, signal.SIGINT)])
+    with pytest.raises(SystemExit) as stop:
+        runner.train()
+    assert stop.value.code == 128 + signal.SIGINT
+    assert osp.basename(last_checkpoint(tmp_path)) == 'iter_2.pth'
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -29,9 +29,11 @@ class InterruptCheckpointHook(Hook):
     mmdet's). The first signal only sets a flag; the iteration in progress
     finishes, the checkpoint is written and ``last_checkpoint`` names it,
     so ``tools/train.py --resume`` (or ``resume=True``) continues from it.
-    The stock handlers are back in place from the first signal on: a second
-    Ctrl-C stops at once, as without the hook (during a long validation,
-    say; the flag is read after training iterations only).
+    The signal's stock handler is back in place from its first arrival: a
+    second Ctrl-C stops at once, as without the hook (during a long
+    validation, say; the flag is read after training iterations only). The
+    other stop signal, arriving after the first, asks for the same stop
+    (torchrun passes a Ctrl-C on to its workers as SIGTERM).
 
     Iteration-based loops get the ``CheckpointHook``'s own file
     (``iter_{N}.pth``, counted in ``max_keep_ckpts``) and resume exactly
@@ -56,12 +58,17 @@ class InterruptCheckpointHook(Hook):
         self._loop = None  # the train loop whose run the handlers serve
 
     def _handle(self, signum, frame):
-        previous = self._previous.get(signum, signal.SIG_DFL)
-        self._restore()
+        previous = self._previous.pop(signum, signal.SIG_DFL)
+        signal.signal(signum, previous)  # the same signal again: stock
         if not self._training(frame):
             # Handlers left by a run that ended in an error (no after_train
             # then): the signal does what it did before the run.
+            self._restore()
             _deliver(signum, previous, frame)
+            return
+        if self.received is not None:
+            # The other stop signal: a launcher passing Ctrl-C on as
+            # SIGTERM (torchrun) asks for the same stop.
             return
         self.received = signum
         print(
