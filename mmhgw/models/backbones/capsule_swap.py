@@ -33,17 +33,16 @@ CAPSULE_NORM_PREFIX = 'hgw_'
 def capsule_like(conv: nn.Conv2d, hgw_cfg: Optional[dict]) -> nn.Module:
     """An HGW layer with the geometry of ``conv`` (an ``nn.Conv2d``): its
     kernel size, stride, padding and dilation as the convolution holds them
-    (non-square ones too), its padding mode where it is not the default."""
+    (non-square ones too) and its padding mode."""
     if not isinstance(conv, nn.Conv2d) or conv.groups != 1:
         raise ValueError(f'only plain (groups=1) Conv2d layers can become '
                          f'HGW capsules, got {conv!r}')
     cfg = copy.deepcopy(DEFAULT_HGW_CFG if hgw_cfg is None else hgw_cfg)
-    pad_mode = {} if conv.padding_mode == 'zeros' else dict(
-        padding_mode=conv.padding_mode)
     return build_conv_layer(cfg, conv.in_channels, conv.out_channels,
                             conv.kernel_size, stride=conv.stride,
                             padding=conv.padding, dilation=conv.dilation,
-                            bias=conv.bias is not None, **pad_mode)
+                            bias=conv.bias is not None,
+                            padding_mode=conv.padding_mode)
 
 
 def fresh_norm(norm: nn.Module) -> nn.Module:
