@@ -1,5 +1,7 @@
-"""For the tests only: what a model reports through mmengine's logger."""
+"""For the tests only: what a model reports through mmengine's logger, a
+free port for distributed runs."""
 import logging
+import socket
 from typing import Callable
 
 from mmengine.logging import MMLogger
@@ -18,3 +20,10 @@ def logged(func: Callable[[], object]) -> str:
     finally:
         logger.removeHandler(handler)
     return ' '.join(r.getMessage() for r in records)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]

@@ -2,7 +2,6 @@
 distributed training on the CPU. A reduced HGWCaps UNet keeps it quick."""
 import os
 import os.path as osp
-import socket
 import subprocess
 import sys
 
@@ -10,6 +9,8 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.runner import Runner
+
+from mmhgw.testing import free_port
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
@@ -63,12 +64,6 @@ def test_resume_matches_uninterrupted_run(tmp_path, reduced_seg_config):
     for key, value in a['state_dict'].items():
         torch.testing.assert_close(b['state_dict'][key], value, rtol=0, atol=0,
                                    msg=key)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def test_distributed_training_on_cpu_keeps_ranks_identical(

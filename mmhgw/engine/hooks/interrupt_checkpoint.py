@@ -6,11 +6,11 @@ import os.path as osp
 import signal
 import threading
 
-import torch
-from mmengine.dist import all_reduce, get_world_size, is_main_process
+from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.runner import EpochBasedTrainLoop
 
+from mmhgw.engine.dist_utils import max_over_ranks
 from mmhgw.registry import HOOKS
 
 #: The signals that ask a run to stop: the terminal's Ctrl-C and what
@@ -105,12 +105,7 @@ class InterruptCheckpointHook(Hook):
 
     def _agreed(self) -> int:
         """The signal any rank received (0: none)."""
-        received = self.received or 0
-        if get_world_size() == 1:
-            return received
-        flag = torch.tensor(float(received))
-        all_reduce(flag, op='max')
-        return int(flag.item())
+        return int(max_over_ranks(self.received or 0))
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None):

@@ -2,10 +2,10 @@
 from typing import Dict, Iterable, List, Tuple
 
 import torch
-from mmengine.dist import all_reduce, get_world_size
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
+from mmhgw.engine.dist_utils import max_over_ranks
 from mmhgw.registry import HOOKS
 
 #: Non-finite names listed in an error before "and N more".
@@ -103,11 +103,7 @@ class NonFiniteGuardHook(Hook):
 
     def _agree(self, bad: bool) -> bool:
         """Whether any rank saw a non-finite value."""
-        if get_world_size() == 1:
-            return bad
-        flag = torch.tensor(float(bad))
-        all_reduce(flag)
-        return bool(flag.item() > 0)
+        return max_over_ranks(float(bad)) > 0
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None):
