@@ -28,6 +28,8 @@ from typing import Callable, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
+from mmhgw.arg_checks import check_choice
+
 #: Shape classes of the generated detection set.
 SHAPES = ('circle', 'square', 'triangle', 'star')
 
@@ -319,9 +321,7 @@ def make_isic_lesions(out_dir: str, num_train: int = 100, num_val: int = 30,
     the ceiling in a short schedule. ``'easy'``: a dark, clearly bounded
     lesion on plain skin (quick to learn; for tests of the machinery).
     """
-    if level not in LESION_LEVELS:
-        raise ValueError(f'level must be one of {LESION_LEVELS}, '
-                         f'got {level!r}')
+    check_choice('level', level, LESION_LEVELS)
     draw = _hard_lesion if level == 'hard' else _easy_lesion
     height, width = size
     yy, xx = np.mgrid[:height, :width].astype(np.float32)

@@ -5,6 +5,8 @@ import torch
 from mmengine.evaluator import BaseMetric
 from mmengine.registry import METRICS
 
+from mmhgw.arg_checks import check_int
+
 
 @METRICS.register_module()
 class SeparabilityMetric(BaseMetric):
@@ -43,12 +45,8 @@ class SeparabilityMetric(BaseMetric):
                  bins: int = 4096, collect_device: str = 'cpu',
                  prefix: Optional[str] = None, **kwargs):
         super().__init__(collect_device=collect_device, prefix=prefix)
-        if isinstance(bins, bool) or not isinstance(bins, int) or bins < 2:
-            raise ValueError(f'bins must be an int >= 2, got {bins!r}')
-        if isinstance(positive_index, bool) or \
-                not isinstance(positive_index, int) or positive_index < 0:
-            raise ValueError(f'positive_index must be an int >= 0, got '
-                             f'{positive_index!r}')
+        check_int('bins', bins, 2)
+        check_int('positive_index', positive_index, 0)
         self.positive_index = positive_index
         self.ignore_index = ignore_index
         self.bins = bins

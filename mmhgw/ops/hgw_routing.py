@@ -33,6 +33,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from mmhgw.arg_checks import check_choice
 from .hgw_routing_reference import (TorchKernels, check_routing_args,
                                     factor_args, hgw_routing_reference,
                                     pose_map)
@@ -334,9 +335,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     why. An explicitly requested backend that cannot run raises.
     """
     global _warned_fallback
-    if backend not in BACKENDS:
-        raise ValueError(f'backend must be one of {BACKENDS}, got '
-                         f'{backend!r}')
+    check_choice('backend', backend, BACKENDS)
     if backend == 'auto':
         if device.type == 'cuda':
             if triton_available():
@@ -423,9 +422,7 @@ def hgw_routing(
         ``(distance, None)`` with ``distance_only``.
     """
     factors, beta = factor_args(args)
-    if backend not in BACKENDS:
-        raise ValueError(f'backend must be one of {BACKENDS}, got '
-                         f'{backend!r}')
+    check_choice('backend', backend, BACKENDS)
     check_routing_args(X_p, X_q, factors, beta, pose_weight, routing=routing,
                        eps=eps, outer_iters=outer_iters,
                        inner_iters=inner_iters, regularizer=regularizer)

@@ -25,6 +25,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
+from mmhgw.arg_checks import check_choice
 from mmhgw.ot import (CPU_CHUNK_ENTRIES, GWFactors, bound_distance,
                       check_solver_options, hgw_value, power_of_two_scale,
                       scaled_squared_distance, solve_plan, uniform_marginals,
@@ -53,9 +54,7 @@ def check_routing_options(*, routing: str, **solver):
     """Raise a ValueError naming an invalid ``routing`` or solver option
     (:func:`mmhgw.ot.check_solver_options`): the op's options apart from
     its tensors."""
-    if routing not in ROUTINGS:
-        raise ValueError(f'routing must be one of {ROUTINGS}, got '
-                         f'{routing!r}')
+    check_choice('routing', routing, ROUTINGS)
     check_solver_options(**solver)
 
 

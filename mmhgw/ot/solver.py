@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from mmhgw.arg_checks import check_choice, check_int
 from .gw_terms import LOSSES, GWTerms, gw_terms, hgw_value
 from .numerics import MIN_EPS
 from .sinkhorn import proximal_iterations, round_to_polytope
@@ -47,12 +48,9 @@ def check_solver_options(*, eps, outer_iters, inner_iters,
     """
     for name, value, allowed in (('regularizer', regularizer, REGULARIZERS),
                                  ('grad', grad, GRAD_MODES)):
-        if value not in allowed:
-            raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
-    for name, value in (('outer_iters', outer_iters), ('inner_iters',
-                                                       inner_iters)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f'{name} must be a positive int, got {value!r}')
+        check_choice(name, value, allowed)
+    check_int('outer_iters', outer_iters)
+    check_int('inner_iters', inner_iters)
     # Written so that NaN fails too (every comparison with NaN is False).
     if isinstance(eps, bool) or not (isinstance(eps, (int, float))
                                      and MIN_EPS <= eps < math.inf):
@@ -67,8 +65,7 @@ def _check_inputs(C_p, C_q, K, p, q, beta, eps, outer_iters, inner_iters, loss,
             (isinstance(chunk_entries, int) and chunk_entries > 0)):
         raise ValueError(f"chunk_entries must be 'auto', None or a positive "
                          f'int, got {chunk_entries!r}')
-    if loss not in LOSSES:
-        raise ValueError(f'loss must be one of {LOSSES}, got {loss!r}')
+    check_choice('loss', loss, LOSSES)
     check_solver_options(eps=eps, outer_iters=outer_iters,
                          inner_iters=inner_iters, regularizer=regularizer,
                          grad=grad)

@@ -161,7 +161,7 @@ def test_a_failure_leaves_the_statistics_as_they_were():
 
 
 def test_bad_arguments_and_models_without_trained_bn():
-    with pytest.raises(ValueError, match='num_batches must be >= 1'):
+    with pytest.raises(ValueError, match='num_batches must be an int >= 1'):
         recompute_bn_statistics(Net(), batches(1), 0)
     with pytest.raises(ValueError, match='gave no batch'):
         recompute_bn_statistics(Net(), [], 2)
@@ -180,6 +180,8 @@ def test_bad_arguments_and_models_without_trained_bn():
     assert not model.training
     for kwargs, match in [(dict(num_batches=0), 'num_batches'),
                           (dict(num_batches=2.5), 'num_batches'),
+                          (dict(num_batches=True), 'num_batches'),
+                          (dict(interval=True), 'interval'),
                           (dict(interval=0), 'interval')]:
         with pytest.raises(ValueError, match=match):
             RecomputeBNHook(**kwargs)

@@ -57,7 +57,7 @@ def test_each_kernel_takes_its_own_products(monkeypatch):
 
 @pytest.mark.parametrize('options, message', [
     (dict(outer=2), r"unknown options \['outer'\]"),
-    (dict(outer_iters=0), 'outer_iters must be a positive int'),
+    (dict(outer_iters=0), 'outer_iters must be an int >= 1'),
     (dict(routing='hard'), 'routing must be one of'),
 ])
 def test_bad_options_are_refused_naming_them(options, message):

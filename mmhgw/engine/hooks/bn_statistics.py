@@ -12,6 +12,7 @@ from mmengine.model import is_model_wrapper
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader
 
+from mmhgw.arg_checks import check_int
 from mmhgw.engine.hooks.rng_state import get_rng_state, set_rng_state
 from mmhgw.registry import HOOKS
 
@@ -78,8 +79,7 @@ def recompute_bn_statistics(model: torch.nn.Module, batches: Iterable,
     iterated again from its start when it has fewer than ``num_batches``.
     Returns the number of BN layers set.
     """
-    if num_batches < 1:
-        raise ValueError(f'num_batches must be >= 1, got {num_batches}')
+    check_int('num_batches', num_batches)
     if is_model_wrapper(model):
         model = model.module
     modes = {m: m.training for m in model.modules()}
@@ -155,13 +155,8 @@ class RecomputeBNHook(Hook):
     priority = 'LOW'
 
     def __init__(self, num_batches: int = 100, interval: Optional[int] = None):
-        if not isinstance(num_batches, int) or num_batches < 1:
-            raise ValueError(
-                f'num_batches must be an int >= 1, got {num_batches!r}')
-        if interval is not None and (not isinstance(interval, int)
-                                     or interval < 1):
-            raise ValueError(
-                f'interval must be None or an int >= 1, got {interval!r}')
+        check_int('num_batches', num_batches)
+        check_int('interval', interval, optional=True)
         self.num_batches = num_batches
         self.interval = interval
         self._loader = None

@@ -5,6 +5,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
+from mmhgw.arg_checks import check_int
 from mmhgw.engine.dist_utils import max_over_ranks
 from mmhgw.registry import HOOKS
 
@@ -78,10 +79,7 @@ class NonFiniteGuardHook(Hook):
 
     def __init__(self, check_loss: bool = True, param_interval: int = 100,
                  check_loaded: bool = True):
-        if isinstance(param_interval, bool) or \
-                not isinstance(param_interval, int) or param_interval < 0:
-            raise ValueError(f'param_interval must be an int >= 0, '
-                             f'got {param_interval!r}')
+        check_int('param_interval', param_interval, 0)
         self.check_loss = check_loss
         self.param_interval = param_interval
         self.check_loaded = check_loaded

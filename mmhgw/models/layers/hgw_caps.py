@@ -12,6 +12,7 @@ from mmengine.model import BaseModule
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from mmhgw.arg_checks import check_choice
 from mmhgw.ops import (BACKENDS, ROUTINGS, cross_cost, hgw_routing,
                        hgw_routing_reference, pose_map, runs_component_kernels)
 from mmhgw.ot import GWFactors
@@ -426,9 +427,8 @@ class HGWCaps(BaseModule):
         routes the same layer otherwise than it is set to, e.g. to compare
         its HGW distances with those of the uniform plan on one input.
         """
-        if routing is not None and routing not in ROUTINGS:
-            raise ValueError(f'routing must be one of {ROUTINGS}, got '
-                             f'{routing!r}')
+        if routing is not None:
+            check_choice('routing', routing, ROUTINGS)
         X_p, size = self._components(x)
         s = self._structures(X_p, self._observed_p(x))
         dist, _, plan = self._solve(X_p, s, routing)

@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from mmhgw.arg_checks import check_choice, check_int
 from mmhgw.ot import check_solver_options
 
 #: The solver of every HGWCaps layer unless ``solver_cfg`` says otherwise:
@@ -71,9 +72,7 @@ def resolve_legacy(solver_cfg: Optional[dict], reg_weight: float,
     ablation = legacy.get('ablation')
     if ablation is None:
         return solver_cfg, reg_weight, use_observed
-    if ablation not in ABLATIONS:
-        raise ValueError(f'ablation must be one of '
-                         f'{(None, ) + tuple(ABLATIONS)}, got {ablation!r}')
+    check_choice('ablation', ablation, (None, ) + tuple(ABLATIONS))
     _deprecated(f'ablation={ablation!r}', ABLATIONS[ablation])
     if ablation == 'A':
         if solver_cfg.get('regularizer', 'entropic') != 'entropic':
@@ -121,10 +120,7 @@ def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) \
-                or value < 1:
-            raise ValueError(f'{name} must be a positive int, '
-                             f'got {value!r}')
+        check_int(name, value)
     if groups != 1:
         raise ValueError(f'groups must be 1 for HGWCaps (capsule types '
                          f'replace channel groups), got {groups}')
@@ -139,9 +135,7 @@ def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
                                  ('observed', observed,
                                   OBSERVED), ('backend', backend, backends),
                                  ('pose_from', pose_from, POSE_SOURCES)):
-        if value not in allowed:
-            raise ValueError(f'{name} must be one of {allowed}, '
-                             f'got {value!r}')
+        check_choice(name, value, allowed)
     if not isinstance(use_observed, bool):
         raise ValueError(f'use_observed must be True or False, '
                          f'got {use_observed!r}')

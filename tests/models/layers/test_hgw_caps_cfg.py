@@ -35,7 +35,7 @@ def test_repr_shows_the_training_terms():
 
 @pytest.mark.parametrize('solver_cfg,match', [
     (dict(epsilon=1e-2, tol=1), r"unknown keys \['epsilon', 'tol'\]"),
-    (dict(outer_iters=0), 'solver_cfg: outer_iters must be a positive int'),
+    (dict(outer_iters=0), 'solver_cfg: outer_iters must be an int >= 1'),
     (dict(regularizer='sinkhorn'), 'solver_cfg: regularizer must be one'),
     (dict(grad='implicit'), 'solver_cfg: grad must be one of'),
 ])
