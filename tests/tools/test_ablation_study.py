@@ -173,6 +173,36 @@ def test_variants_resolve_in_each_family(study):
         study.config_of(Args, 'det', 'narrow')
 
 
+def test_crop_families_train_on_native_crops_and_test_whole_images(study):
+    """The native-resolution families differ from the demo ones in their
+    data pipeline alone: random 128x128 crops without a resize in
+    training, whole images at their own size in testing; their HGWCaps
+    configs change only the backbone (and the capsule hooks)."""
+    from mmengine.config import Config
+
+    def load(family, role):
+        return Config.fromfile(
+            osp.join(ROOT, study.FAMILIES[family]['seg'][1][role]))
+
+    for family in ('crop128', 'deeplabv3plus-crop128'):
+        stock, hgw = load(family, 'stock'), load(family, 'hgw')
+        train = [t['type'] for t in stock.train_dataloader.dataset.pipeline]
+        test = [t['type'] for t in stock.test_dataloader.dataset.pipeline]
+        assert 'RandomCrop' in train and 'Resize' not in test, family
+        assert not any('Resize' in t for t in train), family
+        crop = stock.train_dataloader.dataset.pipeline[train.index(
+            'RandomCrop')]
+        assert tuple(crop['crop_size']) == (128, 128)
+        assert hgw.train_dataloader == stock.train_dataloader
+        assert hgw.test_dataloader == stock.test_dataloader
+        assert hgw.model.backbone.type.startswith('HGWCaps')
+        hgw.model.pop('backbone'), stock.model.pop('backbone')
+        assert hgw.model == stock.model, family
+    demo = load('deeplabv3plus', 'stock')
+    assert load('deeplabv3plus-crop128', 'stock').model.decode_head == \
+        demo.model.decode_head
+
+
 def test_schedule_follows_iters(study):
     from mmengine.config import Config
     cfg = Config.fromfile(

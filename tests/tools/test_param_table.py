@@ -6,9 +6,11 @@ from tools.analysis.param_table import count, pairs
 
 def test_counterparts_are_resolved_from_base_files():
     found = {osp.basename(h): s for h, s in pairs()}
-    assert len(found) == 16
+    assert len(found) == 17
     assert found['unet-hgwcaps-s5-d16_fcn_crop128.py'].endswith(
         'configs/study/unet-s5-d16_fcn_crop128.py')
+    assert found['deeplabv3plus_hgwcaps-r50-d8_crop128.py'].endswith(
+        'configs/study/deeplabv3plus_r50-d8_crop128.py')
     assert found['deeplabv3plus_hgwcaps-r50-d8_demo-isic.py'].endswith(
         'configs/demo/deeplabv3plus_r50-d8_demo-isic.py')
     assert found['mask-rcnn_hgwcaps-r50_hgwcaps-fpn_1x_coco.py'] == \

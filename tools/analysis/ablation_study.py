@@ -9,7 +9,8 @@ for every seed: on the built-in data (the lesion set, UNet, ISIC-2018
 layout, mIoU / mDice; with ``--tasks seg det`` also the shapes set, Mask
 R-CNN, COCO layout, bbox / segm mAP), or on any data root of the task's
 layout (``--data-root``, e.g. a real ISIC-2018-layout set, with
-``--family crop128`` for structures a few pixels wide). Variants other
+``--family crop128`` or ``deeplabv3plus-crop128`` for structures a few
+pixels wide). Variants other
 than the stock ones are the family's HGWCaps config with one setting
 changed (``VARIANTS``); a narrowed stock variant is the stock model at the
 width that matches one capsule variant's parameter count (``MATCHES``).
@@ -20,7 +21,8 @@ a bar chart with error bars.
 
     python tools/analysis/ablation_study.py [--tasks seg [det]]
         [--seeds 0 1 2] [--variants stock narrow hgw uniform ...]
-        [--family demo|crop128|deeplabv3plus] [--data-root DIR] [--iters N]
+        [--family demo|crop128|deeplabv3plus|deeplabv3plus-crop128]
+        [--data-root DIR] [--iters N]
         [--work-dir work_dirs/ablations] [--data data/ablations]
         [--out docs/ablations.md] [--image docs/images/ablations.png]
         [--title TITLE] [--section KEY] [--base-channels C]
@@ -105,7 +107,8 @@ MODELS = {
 #: tested on whole images, for real sets whose structures are a few pixels
 #: wide; ``deeplabv3plus``: the demo's DeepLabV3+ R-50-D8 (capsules in the
 #: dilated ResNet's stages 3-4, the paper's placement), images resized to
-#: 128x128.
+#: 128x128; ``deeplabv3plus-crop128``: that model on 128x128 crops at
+#: native resolution, tested on whole images, as ``crop128``.
 FAMILIES = {
     'demo': {
         'seg': ('unet',
@@ -129,6 +132,13 @@ FAMILIES = {
                     stock='configs/demo/deeplabv3plus_r50-d8_demo-isic.py',
                     hgw='configs/demo/'
                     'deeplabv3plus_hgwcaps-r50-d8_demo-isic.py')),
+    },
+    'deeplabv3plus-crop128': {
+        'seg': ('deeplabv3plus',
+                dict(
+                    stock='configs/study/deeplabv3plus_r50-d8_crop128.py',
+                    hgw='configs/study/'
+                    'deeplabv3plus_hgwcaps-r50-d8_crop128.py')),
     },
 }
 
