@@ -7,6 +7,13 @@ from typing import Callable, Optional, Tuple
 
 from mmengine.config import Config
 
+#: ``--cfg-options`` that train without a validation loop, for tools whose
+#: evaluation is a separate ``tools/test.py`` run. A large
+#: ``train_cfg.val_interval`` does not do it: mmengine's IterBasedTrainLoop
+#: also validates after the last iteration.
+NO_VALIDATION_OPTIONS = ('val_dataloader=None', 'val_cfg=None',
+                         'val_evaluator=None')
+
 
 def load_config(path: str) -> Config:
     """``Config.fromfile``, also for package-scoped stock configs

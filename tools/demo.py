@@ -21,7 +21,8 @@ import subprocess
 import sys
 import time
 
-from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.config_utils import (NO_VALIDATION_OPTIONS, build_config_model,
+                                load_offline_config)
 from mmhgw.engine.work_dir import latest_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -82,7 +83,7 @@ def train_and_test(config, work_root):
     # The evaluation is tools/test.py's; none inside the training run.
     train_s = run_logged([
         sys.executable, 'tools/train.py', config, '--work-dir', work,
-        '--cfg-options', 'train_cfg.val_interval=1000000'
+        '--cfg-options', *NO_VALIDATION_OPTIONS
     ], osp.join(work, 'train.out'))
     checkpoint = latest_checkpoint(work)
     print(f'== {name}: testing {osp.basename(checkpoint)}', flush=True)

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from mmhgw.config_utils import NO_VALIDATION_OPTIONS
 from mmhgw.datasets.synthetic import make_coco_instances, make_isic_lesions
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -59,3 +60,21 @@ def test_train_then_test(tmp_path, config, det, metric):
                    *data_root_options(str(data), det))
     assert metric in out
     assert glob.glob(str(tmp_path / 'test' / '*' / '*.log'))
+
+
+def test_no_validation_options_train_without_a_validation_loop(tmp_path):
+    """The study and demo tools evaluate with tools/test.py; a large
+    ``val_interval`` alone still validates after the last iteration."""
+    data = tmp_path / 'data'
+    make_isic_lesions(str(data), num_train=2, num_val=2, size=(32, 32))
+    options = ['train_cfg.max_iters=1', 'default_hooks.checkpoint.interval=1',
+               'train_dataloader.batch_size=2'] + \
+        data_root_options(str(data), False)
+    config = 'configs/demo/unet-s5-d16_fcn_demo-isic.py'
+    log = run_tool('tools/train.py', config, '--work-dir', str(tmp_path / 'a'),
+                   '--cfg-options', *options, 'train_cfg.val_interval=1000')
+    assert 'Iter(val)' in log
+    log = run_tool('tools/train.py', config, '--work-dir', str(tmp_path / 'b'),
+                   '--cfg-options', *options, *NO_VALIDATION_OPTIONS)
+    assert 'Iter(val)' not in log
+    assert (tmp_path / 'b' / 'iter_1.pth').exists()

@@ -51,6 +51,7 @@ import time
 
 from mmhgw.analysis.paired import fmt_interval, mean_std
 from mmhgw.benchmarking import machine
+from mmhgw.config_utils import NO_VALIDATION_OPTIONS
 from mmhgw.doc_sections import check_section, write_section
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -480,8 +481,7 @@ def train_and_test(task, variant, seed, args):
     # the evaluation is the test tool's.
     run([
         sys.executable, 'tools/train.py', config, '--work-dir', work,
-        '--cfg-options', f'randomness.seed={seed}',
-        'train_cfg.val_interval=100000000',
+        '--cfg-options', f'randomness.seed={seed}', *NO_VALIDATION_OPTIONS,
         f'default_hooks.checkpoint.interval={iters}',
         'default_hooks.logger.interval=1', *options
     ], osp.join(work, 'train.out'))
