@@ -1,30 +1,20 @@
 # Stock UNet (s5-d16, FCN head) for data at its native resolution: trained
-# on random 128x128 crops, tested on whole images. For sets whose structures
-# are a few pixels wide (electron-microscopy membranes, say), where the demo
-# pipeline's resize of the whole image to 128x128 would erase them. Point it
-# at any ISIC-2018-layout root with
+# on random 128x128 crops, tested on whole images
+# (../_base_/datasets/native_crop128.py). Point it at any ISIC-2018-layout
+# root with
 #   --cfg-options {train,val,test}_dataloader.dataset.data_root=ROOT
-_base_ = ['../demo/unet-s5-d16_fcn_demo-isic.py']
+_base_ = [
+    '../demo/unet-s5-d16_fcn_demo-isic.py',
+    '../_base_/datasets/native_crop128.py'
+]
 
-crop_size = (128, 128)
 max_iters = 400
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations'),
-    dict(type='RandomCrop', crop_size=crop_size),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(type='RandomFlip', prob=0.5, direction='vertical'),
-    dict(type='PackSegInputs')
-]
-# Whole images at their own size (UNet s5-d16 needs sides divisible by 16).
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='LoadAnnotations'),
-    dict(type='PackSegInputs')
-]
+# Whole images need sides divisible by 16 (UNet s5-d16): padded to them.
 model = dict(data_preprocessor=dict(size=None, size_divisor=16))
-train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
-val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
+train_dataloader = dict(
+    dataset=dict(pipeline={{_base_.native_crop_train_pipeline}}))
+val_dataloader = dict(
+    dataset=dict(pipeline={{_base_.whole_image_test_pipeline}}))
 test_dataloader = val_dataloader
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 param_scheduler = [
