@@ -73,6 +73,9 @@ def test_study_trains_tests_and_reports(tmp_path):
         # The seed reached the Runner of both tools.
         for tool in ('train', 'test'):
             assert f'seed: {seed}' in (path / f'{tool}.out').read_text()
+        # The evaluation is the test tool's alone.
+        assert 'Iter(train)' in (path / 'train.out').read_text()
+        assert 'Iter(val)' not in (path / 'train.out').read_text()
     report = (tmp_path / 'docs' / 'ablations.md').read_text()
     row = [line for line in report.splitlines() if line.startswith('| stock')]
     assert len(row) == 1 and '±' in row[0]

@@ -478,12 +478,13 @@ def train_and_test(task, variant, seed, args):
     print(f'{task} {variant:8s} seed {seed}: training {iters} iterations',
           flush=True)
     # One checkpoint at the end, no validation inside the training run:
-    # the evaluation is the test tool's.
+    # the evaluation is the test tool's. The validation options go last,
+    # after the data options that set keys inside ``val_dataloader``.
     run([
         sys.executable, 'tools/train.py', config, '--work-dir', work,
-        '--cfg-options', f'randomness.seed={seed}', *NO_VALIDATION_OPTIONS,
+        '--cfg-options', f'randomness.seed={seed}',
         f'default_hooks.checkpoint.interval={iters}',
-        'default_hooks.logger.interval=1', *options
+        'default_hooks.logger.interval=1', *options, *NO_VALIDATION_OPTIONS
     ], osp.join(work, 'train.out'))
     from mmhgw.engine.work_dir import latest_checkpoint
     checkpoint = latest_checkpoint(work)
