@@ -11,10 +11,10 @@ _base_ = [
 max_iters = 400
 # The dilated ResNet takes whole images at any size; the data preprocessor
 # pads to the crop size in training only.
-train_dataloader = dict(
-    dataset=dict(pipeline={{_base_.native_crop_train_pipeline}}))
-val_dataloader = dict(
-    dataset=dict(pipeline={{_base_.whole_image_test_pipeline}}))
+train_dataloader = dict(dataset=dict(
+    pipeline={{_base_.native_crop_train_pipeline}}))
+val_dataloader = dict(dataset=dict(
+    pipeline={{_base_.whole_image_test_pipeline}}))
 test_dataloader = val_dataloader
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
 param_scheduler = [
