@@ -196,6 +196,11 @@ VARIANTS = {
                  'activations only)', 'hgw', [_CAPS + 'pose_from=mean']),
     'planpose': ('pose map of the plan\'s barycentric parts', 'hgw',
                  [_CAPS + 'pose_from=plan']),
+    # Whether the plan's parts hold anything the task uses once it has the
+    # mean's pose: the offsets' map starts at zero (docs/evidence.md).
+    'pluspose': ('pose map of the components\' mean plus a map, zero at '
+                 'the start, of the plan\'s parts\' offsets from it', 'hgw',
+                 [_CAPS + 'pose_from=mean_plus_plan']),
     # The former default: a half more solve per layer for plans nearer the
     # converged one (docs/benchmarks.md, convergence); whether the model
     # gains from them (docs/evidence.md, twenty-sixth screen).

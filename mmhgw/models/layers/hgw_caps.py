@@ -94,7 +94,9 @@ class HGWCaps(BaseModule):
        barycentric projection of the components onto the subcapsule's
        parts through the plan, ``V_q T^T X_p`` (mapped inside the fused
        op, so that the parts, larger than the output, are not kept for
-       backward).
+       backward); with ``pose_from='mean_plus_plan'`` the mean's pose plus
+       a second map of the barycentric parts' offsets from the mean, zero
+       at construction.
     6. In training, the regulariser ``E = reg_weight * (L(K_pp, C_obs_p) +
        L(K_qq, C_obs_q))`` (Eq. reg; KL loss averaged over off-diagonal
        entries, see :func:`kl_off_diagonal`; ``C_obs`` as the fixed target)
@@ -168,7 +170,13 @@ class HGWCaps(BaseModule):
             paper derives activations and poses from the alignment without
             saying how the pose is formed; on real data the plan's parts
             cost accuracy that the mean's do not (docs/evidence.md), so the
-            plan's role is the activation.
+            plan's role is the activation. ``'mean_plus_plan'``: the mean's
+            pose plus ``plan_pose_weight`` (zero at construction, so the
+            fresh layer is the default's) applied to the parts' offsets
+            ``V_q T^T X_p - p^T X_p`` from the mean: whatever the plan's
+            parts hold beyond the mean is open to the task, which starts
+            from the mean's layer (under uniform routing the offsets are
+            0).
         reg_scope: what E trains. ``'network'``: E's gradient flows
             through the components into the layer's input, hence into every
             layer before it. ``'layer'``: E sees the components of the
@@ -286,6 +294,11 @@ class HGWCaps(BaseModule):
         self.pose_weight = nn.Parameter(
             torch.randn(out_types, num_parts * part_dim, self.out_dim) /
             math.sqrt(num_parts * part_dim))
+        if pose_from == 'mean_plus_plan':
+            # Zeros draw nothing from the generator: the other parameters
+            # are those of the default layer built under the same seed.
+            self.plan_pose_weight = nn.Parameter(
+                torch.zeros_like(self.pose_weight))
         self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
         #: Detached (regulariser, mean distance, alignment term) of the last
         #: training pass; a term the layer does not train with is None.
@@ -510,7 +523,7 @@ class HGWCaps(BaseModule):
         if self.solver_cfg['grad'] == 'unroll':
             s = self._structures(X_p, obs_p)
             dist, parts, _ = self._solve(X_p, s)
-            pose = pose_map(parts, self.pose_weight)
+            plan_pose = pose_map(parts, self._plan_pose_map())
             reg = None
             if want_reg:
                 reg = (regulariser(s, self.reg_weight) if X_reg is None else
@@ -529,14 +542,32 @@ class HGWCaps(BaseModule):
             # Envelope gradients from the fused op: neither plans nor parts
             # are stored. The mean pose needs the distances alone.
             with keep:
-                dist, pose = hgw_routing(
+                dist, plan_pose = hgw_routing(
                     X_p, self.subcapsules, factors, self.beta.to(X_p.dtype),
-                    pose_weight=self.pose_weight,
+                    pose_weight=self._plan_pose_map(),
                     distance_only=self.pose_from == 'mean',
                     **self.routing_options())
-        if self.pose_from == 'mean':
-            pose = mean_pose(X_p, self.pose_weight)
+        pose = self._pose(X_p, plan_pose)
         return self._output(self._capsules(pose, dist), size), reg, dist
+
+    def _plan_pose_map(self) -> Tensor:
+        """The pose map the plan's barycentric parts go through."""
+        if self.pose_from == 'mean_plus_plan':
+            return self.plan_pose_weight
+        return self.pose_weight
+
+    def _pose(self, X_p: Tensor, plan_pose: Tensor) -> Tensor:
+        """Poses [B, L, N, out_dim] by ``pose_from``, from the components
+        X_p [B, L, V_p, d] and ``plan_pose``, the plan's parts through
+        :meth:`_plan_pose_map` (unused for ``'mean'``)."""
+        if self.pose_from == 'plan':
+            return plan_pose
+        if self.pose_from == 'mean':
+            return mean_pose(X_p, self.pose_weight)
+        # W m + W_r (parts - m) = W_r parts + (W - W_r) m: the pose maps
+        # are linear, so the mean's pose is formed once.
+        return plan_pose + mean_pose(X_p,
+                                     self.pose_weight - self.plan_pose_weight)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Every way a checkpoint reaches the layer (load_from, resume,

@@ -13,8 +13,8 @@ from torch.utils.checkpoint import checkpoint
 import mmhgw  # noqa: F401
 from mmhgw.models import CapsulePool, HGWCaps
 from mmhgw.models.layers import zipf_structure
-from mmhgw.models.layers.hgw_caps import alignment
-from mmhgw.ops import cpp_available
+from mmhgw.models.layers.hgw_caps import alignment, mean_pose
+from mmhgw.ops import cpp_available, pose_map
 
 SMALL = dict(in_types=4, out_types=4, num_parts=3, part_dim=4)
 
@@ -702,3 +702,46 @@ def test_mean_pose_is_the_pose_of_uniform_routing():
     for name in ('pose_weight', 'subcapsules', 'embed.weight'):
         grad = hgw_mean.get_parameter(name).grad
         assert grad is not None and grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize('grad', ['envelope', 'unroll'])
+def test_mean_plus_plan_pose_starts_as_the_mean_and_learns_the_offsets(grad):
+    """``pose_from='mean_plus_plan'``: built under one seed it is the
+    default layer plus a zero map, so its fresh output is the default's;
+    with that map set, the pose is the mean's plus the map of the plan's
+    parts' offsets from the mean (checked against the plan's pose, which
+    ``pose_from='plan'`` gives), the offsets 0 under uniform routing; the
+    task trains the offsets' map from the start."""
+    x = torch.randn(2, 16, 5, 4)
+    solver = dict(grad=grad)
+    mean = small_caps(pose_from='mean', solver_cfg=solver).eval()
+    plus = small_caps(pose_from='mean_plus_plan', solver_cfg=solver).eval()
+    plan = small_caps(pose_from='plan', solver_cfg=solver).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(plus(x), mean(x))
+        W_r = torch.randn_like(plus.plan_pose_weight)
+        plus.plan_pose_weight.copy_(W_r)
+        # pose = W m + W_r (parts - m): the plan's layer with map W_r, plus
+        # the mean's with W - W_r.
+        plan.pose_weight.copy_(W_r)
+        X_p, _ = plus._components(x)
+        s = plus._structures(X_p, plus._observed_p(x))
+        _, parts, _ = plus._solve(X_p, s)
+        expect = (pose_map(parts, W_r) +
+                  mean_pose(X_p, plus.pose_weight - W_r))
+        out, _, dist = plus.forward_terms(x)
+        _, _, dist_plan = plan.forward_terms(x)
+        torch.testing.assert_close(dist, dist_plan)
+        torch.testing.assert_close(
+            out, plus._output(plus._capsules(expect, dist), (5, 4)), rtol=1e-4,
+            atol=1e-5)
+        uniform = small_caps(routing='uniform', pose_from='mean_plus_plan',
+                             solver_cfg=solver).eval()
+        uniform.plan_pose_weight.copy_(W_r)
+        uniform_mean = small_caps(routing='uniform', pose_from='mean',
+                                  solver_cfg=solver).eval()
+        torch.testing.assert_close(uniform(x), uniform_mean(x), rtol=1e-4,
+                                   atol=1e-5)
+    fresh = small_caps(pose_from='mean_plus_plan', solver_cfg=solver).train()
+    fresh(x).pow(2).sum().backward()
+    assert fresh.plan_pose_weight.grad.abs().sum() > 0
