@@ -10,7 +10,9 @@ _base_ = [
 
 max_iters = 400
 # The dilated ResNet takes whole images at any size; the data preprocessor
-# pads to the crop size in training only.
+# pads to the crop size in training only (the crops' own size, so that the
+# two cannot part).
+model = dict(data_preprocessor=dict(size={{_base_.native_crop_size}}))
 train_dataloader = dict(dataset=dict(
     pipeline={{_base_.native_crop_train_pipeline}}))
 val_dataloader = dict(dataset=dict(

@@ -348,11 +348,9 @@ def iteration_times(work):
 def schedule_options(cfg, iters):
     """``--cfg-options`` giving a config a schedule of ``iters``
     iterations: the polynomial decay and the beta warm-up (a quarter of the
-    schedule) stretched to it, one checkpoint at the end."""
-    opts = [
-        f'train_cfg.max_iters={iters}',
-        f'default_hooks.checkpoint.interval={iters}'
-    ]
+    schedule) stretched to it. The one checkpoint at the end is every
+    run's (:func:`train_and_test`), whatever its schedule."""
+    opts = [f'train_cfg.max_iters={iters}']
     for i, sched in enumerate(cfg.get('param_scheduler') or []):
         if 'end' in sched:
             opts.append(f'param_scheduler.{i}.end={iters}')
