@@ -6,6 +6,7 @@ import torch
 
 from mmhgw.config_utils import load_offline_config
 from tools.analysis.routing_diagnostics import (diagnose, input_dependence,
+                                                part_offsets,
                                                 uniform_agreement)
 
 
@@ -31,6 +32,8 @@ def test_statistics_and_where_e_reaches(cfg, scope):
         assert -1 <= s['uniform_correlation'] <= 1
         assert 0 <= s['uniform_same_best_type'] <= 1
         assert 0 <= s['uniform_activation_change'] <= 1
+        assert s['plan_part_offset'] > 0
+        assert 'offset_pose_share' not in s
     grads = result['gradients']
     # E trains the component embedding and the subcapsules; a layer's pose
     # map only as an input of a later layer's E (scope 'network').
@@ -104,3 +107,26 @@ def test_route_with_another_routing_is_that_routing():
             uniform.route(x)['distance'])
     with pytest.raises(ValueError, match='routing must be one of'):
         layer.route(x, routing='plan')
+
+
+def test_part_offsets_by_hand():
+    """The plan's parts against the components' mean: none under the
+    uniform plan; under a hard plan each part is the component sent to it;
+    the offsets' pose of a mean_plus_plan layer is 0 while its map is 0."""
+    from mmhgw.models import HGWCaps
+    torch.manual_seed(0)
+    layer = HGWCaps(4, 4, 3, padding=1, in_types=2, out_types=1, num_parts=2,
+                    part_dim=2, pose_from='mean_plus_plan')
+    X_p = torch.tensor([[[[1., 0.], [3., 0.]]]])  # [B, L, V_p, d], mean (2, 0)
+    uniform = torch.full((1, 1, 1, 2, 2), 0.25)
+    still = part_offsets(layer, X_p, uniform)
+    assert still == {'plan_part_offset': 0.0, 'offset_pose_share': 0.0}
+    # Component i to part i: parts (1, 0) and (3, 0), offsets -1 and +1
+    # about the mean: norm sqrt(2) against the mean's 2 sqrt(2).
+    hard = torch.tensor([[0.5, 0.], [0., 0.5]]).view(1, 1, 1, 2, 2)
+    moved = part_offsets(layer, X_p, hard)
+    assert moved['plan_part_offset'] == pytest.approx(0.5)
+    assert moved['offset_pose_share'] == 0.0
+    with torch.no_grad():
+        layer.plan_pose_weight.copy_(layer.pose_weight)
+    assert part_offsets(layer, X_p, hard)['offset_pose_share'] > 0

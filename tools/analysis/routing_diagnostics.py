@@ -15,7 +15,10 @@ its data, prints and writes as JSON:
   two distances' deviations from their mean over types, the locations
   where both pick the same best-aligned type, and the mean change of the
   activations): what HGW routing tells the next layer that uniform
-  routing would not;
+  routing would not; how far the plan's barycentric parts lie from the
+  components' mean (the parts of the default pose) and, for layers with
+  ``pose_from='mean_plus_plan'``, how large the pose of the parts'
+  offsets is beside the mean's pose;
 - per part of the network (backbone stages before, at and after the
   capsules; heads): the gradient norm of the task loss alone and of the
   task loss with the regulariser E, so that one sees which parameters E
@@ -59,7 +62,37 @@ def layer_statistics(layer, x) -> dict:
             regulariser=r['regulariser'].item(),
             **uniform_agreement(dist,
                                 layer.route(x, routing='uniform')['distance'],
-                                layer.temperature))
+                                layer.temperature),
+            **part_offsets(layer, r['components'], plan))
+
+
+def part_offsets(layer, X_p, plan) -> dict:
+    """How far the plan's barycentric parts ``V_q T^T X_p`` [B, L, N, V_q,
+    d] lie from the components' mean ``m = p^T X_p``, the parts of the
+    default pose and of uniform routing, for components X_p [B, L, V_p, d]
+    and plans [B, L, N, V_p, V_q].
+
+    ``plan_part_offset``: ``sum ||parts - m|| / sum ||m||`` over all
+    (image, location, type), norms over the parts of one type (0 under
+    uniform routing). With ``pose_from='mean_plus_plan'`` also
+    ``offset_pose_share``: the same ratio of the offsets' pose
+    ``W_r (parts - m)`` to the mean's pose ``W m``, i.e. how much of the
+    layer's pose the task has opened to the plan.
+    """
+    from mmhgw.models.layers.hgw_caps import mean_pose
+    from mmhgw.ops import pose_map
+    V_q = plan.shape[-1]
+    parts = V_q * torch.einsum('blnpq,blpd->blnqd', plan, X_p)
+    mean = X_p.mean(-2)[:, :, None, None, :]
+    offset = parts - mean
+    out = dict(plan_part_offset=(offset.flatten(-2).norm(dim=-1).sum() /
+                                 mean.expand_as(parts).flatten(-2).norm(
+                                     dim=-1).sum().clamp_min(1e-30)).item())
+    if layer.pose_from == 'mean_plus_plan':
+        extra = pose_map(offset, layer.plan_pose_weight).norm(dim=-1).sum()
+        base = mean_pose(X_p, layer.pose_weight).norm(dim=-1).sum()
+        out['offset_pose_share'] = (extra / base.clamp_min(1e-30)).item()
+    return out
 
 
 def uniform_agreement(dist, uniform, temperature) -> dict:
