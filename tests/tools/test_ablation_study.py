@@ -418,7 +418,7 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
 
 @pytest.mark.parametrize('variant', [
     'uniform', 'ablA', 'ablB', 'ablC', 'counts', 'reg_layer', 'temp05',
-    'eps01', 'steps3', 'unroll', 'planpose', 'pluspose', 'parts03'
+    'eps01', 'steps3', 'unroll', 'planpose', 'pluspose', 'comppose', 'parts03'
 ])
 def test_capsule_variants_name_real_layer_arguments(study, variant):
     # Each capsule variant's options, merged into the family's HGWCaps

@@ -201,6 +201,11 @@ VARIANTS = {
     'pluspose': ('pose map of the components\' mean plus a map, zero at '
                  'the start, of the plan\'s parts\' offsets from it', 'hgw',
                  [_CAPS + 'pose_from=mean_plus_plan']),
+    # Its control: the same addition from the components themselves, no
+    # plan (what the mean leaves out, reached without a matching).
+    'comppose': ('pose map of the components\' mean plus a map, zero at '
+                 'the start, of the components\' offsets from it (no plan)',
+                 'hgw', [_CAPS + 'pose_from=mean_plus_components']),
     # The former default: a half more solve per layer for plans nearer the
     # converged one (docs/benchmarks.md, convergence); whether the model
     # gains from them (docs/evidence.md, twenty-sixth screen).

@@ -17,8 +17,8 @@ its data, prints and writes as JSON:
   activations): what HGW routing tells the next layer that uniform
   routing would not; how far the plan's barycentric parts lie from the
   components' mean (the parts of the default pose) and, for layers with
-  ``pose_from='mean_plus_plan'``, how large the pose of the parts'
-  offsets is beside the mean's pose;
+  ``pose_from='mean_plus_plan'`` (``'mean_plus_components'``), how large
+  the pose of the parts' (components') offsets is beside the mean's pose;
 - per part of the network (backbone stages before, at and after the
   capsules; heads): the gradient norm of the task loss alone and of the
   task loss with the regulariser E, so that one sees which parameters E
@@ -77,7 +77,8 @@ def part_offsets(layer, X_p, plan) -> dict:
     uniform routing). With ``pose_from='mean_plus_plan'`` also
     ``offset_pose_share``: the same ratio of the offsets' pose
     ``W_r (parts - m)`` to the mean's pose ``W m``, i.e. how much of the
-    layer's pose the task has opened to the plan.
+    layer's pose the task has opened to the plan; with
+    ``'mean_plus_components'``, the same of the components' offsets' pose.
     """
     from mmhgw.models.layers.hgw_caps import mean_pose
     from mmhgw.ops import pose_map
@@ -89,9 +90,16 @@ def part_offsets(layer, X_p, plan) -> dict:
                                  mean.expand_as(parts).flatten(-2).norm(
                                      dim=-1).sum().clamp_min(1e-30)).item())
     if layer.pose_from == 'mean_plus_plan':
-        extra = pose_map(offset, layer.plan_pose_weight).norm(dim=-1).sum()
-        base = mean_pose(X_p, layer.pose_weight).norm(dim=-1).sum()
-        out['offset_pose_share'] = (extra / base.clamp_min(1e-30)).item()
+        extra = pose_map(offset, layer.plan_pose_weight)
+    elif layer.pose_from == 'mean_plus_components':
+        extra = torch.einsum('blk,nko->blno',
+                             (X_p - X_p.mean(-2, keepdim=True)).flatten(-2),
+                             layer.component_pose_weight)
+    else:
+        return out
+    base = mean_pose(X_p, layer.pose_weight).norm(dim=-1).sum()
+    out['offset_pose_share'] = (extra.norm(dim=-1).sum() /
+                                base.clamp_min(1e-30)).item()
     return out
 
 

@@ -96,7 +96,8 @@ class HGWCaps(BaseModule):
        op, so that the parts, larger than the output, are not kept for
        backward); with ``pose_from='mean_plus_plan'`` the mean's pose plus
        a second map of the barycentric parts' offsets from the mean, zero
-       at construction.
+       at construction (``'mean_plus_components'``: of the components'
+       offsets, no plan).
     6. In training, the regulariser ``E = reg_weight * (L(K_pp, C_obs_p) +
        L(K_qq, C_obs_q))`` (Eq. reg; KL loss averaged over off-diagonal
        entries, see :func:`kl_off_diagonal`; ``C_obs`` as the fixed target)
@@ -176,7 +177,11 @@ class HGWCaps(BaseModule):
             ``V_q T^T X_p - p^T X_p`` from the mean: whatever the plan's
             parts hold beyond the mean is open to the task, which starts
             from the mean's layer (under uniform routing the offsets are
-            0).
+            0). ``'mean_plus_components'``: the same with the components'
+            own offsets ``X_p - p^T X_p`` (all ``V_p d`` numbers, through
+            ``component_pose_weight``, zero at construction) instead of the
+            plan's parts: what the mean leaves out, reached without a
+            plan; the control of ``'mean_plus_plan'``.
         reg_scope: what E trains. ``'network'``: E's gradient flows
             through the components into the layer's input, hence into every
             layer before it. ``'layer'``: E sees the components of the
@@ -294,11 +299,14 @@ class HGWCaps(BaseModule):
         self.pose_weight = nn.Parameter(
             torch.randn(out_types, num_parts * part_dim, self.out_dim) /
             math.sqrt(num_parts * part_dim))
+        # Zeros draw nothing from the generator: the other parameters are
+        # those of the default layer built under the same seed.
         if pose_from == 'mean_plus_plan':
-            # Zeros draw nothing from the generator: the other parameters
-            # are those of the default layer built under the same seed.
             self.plan_pose_weight = nn.Parameter(
                 torch.zeros_like(self.pose_weight))
+        elif pose_from == 'mean_plus_components':
+            self.component_pose_weight = nn.Parameter(
+                torch.zeros(out_types, in_types * part_dim, self.out_dim))
         self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
         #: Detached (regulariser, mean distance, alignment term) of the last
         #: training pass; a term the layer does not train with is None.
@@ -545,10 +553,13 @@ class HGWCaps(BaseModule):
                 dist, plan_pose = hgw_routing(
                     X_p, self.subcapsules, factors, self.beta.to(X_p.dtype),
                     pose_weight=self._plan_pose_map(),
-                    distance_only=self.pose_from == 'mean',
+                    distance_only=not self._pose_reads_plan(),
                     **self.routing_options())
         pose = self._pose(X_p, plan_pose)
         return self._output(self._capsules(pose, dist), size), reg, dist
+
+    def _pose_reads_plan(self) -> bool:
+        return self.pose_from in ('plan', 'mean_plus_plan')
 
     def _plan_pose_map(self) -> Tensor:
         """The pose map the plan's barycentric parts go through."""
@@ -559,11 +570,17 @@ class HGWCaps(BaseModule):
     def _pose(self, X_p: Tensor, plan_pose: Tensor) -> Tensor:
         """Poses [B, L, N, out_dim] by ``pose_from``, from the components
         X_p [B, L, V_p, d] and ``plan_pose``, the plan's parts through
-        :meth:`_plan_pose_map` (unused for ``'mean'``)."""
+        :meth:`_plan_pose_map` (unused unless the pose reads the plan)."""
         if self.pose_from == 'plan':
             return plan_pose
         if self.pose_from == 'mean':
             return mean_pose(X_p, self.pose_weight)
+        if self.pose_from == 'mean_plus_components':
+            # W m + W_c vec(X_p - m): every number of the components, as a
+            # convolution's output reads its whole patch.
+            offsets = (X_p - X_p.mean(-2, keepdim=True)).flatten(-2)
+            return mean_pose(X_p, self.pose_weight) + torch.einsum(
+                'blk,nko->blno', offsets, self.component_pose_weight)
         # W m + W_r (parts - m) = W_r parts + (W - W_r) m: the pose maps
         # are linear, so the mean's pose is formed once.
         return plan_pose + mean_pose(X_p,

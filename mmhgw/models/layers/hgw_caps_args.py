@@ -103,7 +103,7 @@ def build_solver_cfg(solver_cfg: dict) -> dict:
 
 
 #: What the pose map reads (``HGWCaps(pose_from=...)``).
-POSE_SOURCES = ('plan', 'mean', 'mean_plus_plan')
+POSE_SOURCES = ('plan', 'mean', 'mean_plus_plan', 'mean_plus_components')
 
 #: (what the message says is expected, the test) of the layer's numbers;
 #: written so that NaN fails too (every comparison with NaN is False).

@@ -745,3 +745,31 @@ def test_mean_plus_plan_pose_starts_as_the_mean_and_learns_the_offsets(grad):
     fresh = small_caps(pose_from='mean_plus_plan', solver_cfg=solver).train()
     fresh(x).pow(2).sum().backward()
     assert fresh.plan_pose_weight.grad.abs().sum() > 0
+
+
+def test_mean_plus_components_pose_reads_every_component_without_a_plan():
+    """``pose_from='mean_plus_components'``, the control without a plan:
+    fresh, the default layer; with its map set, the mean's pose plus the
+    map of the components' offsets from their mean, the same under either
+    routing up to the activations; the task trains the map from the
+    start."""
+    x = torch.randn(2, 16, 5, 4)
+    mean = small_caps(pose_from='mean').eval()
+    comps = small_caps(pose_from='mean_plus_components').eval()
+    assert comps.component_pose_weight.shape == (4, 4 * 4, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(comps(x), mean(x))
+        W_c = torch.randn_like(comps.component_pose_weight)
+        comps.component_pose_weight.copy_(W_c)
+        X_p, _ = comps._components(x)
+        offsets = X_p - X_p.mean(-2, keepdim=True)
+        expect = mean_pose(X_p, comps.pose_weight) + torch.einsum(
+            'blk,nko->blno', offsets.flatten(-2), W_c)
+        out, _, dist = comps.forward_terms(x)
+        _, _, dist_mean = mean.forward_terms(x)
+        torch.testing.assert_close(dist, dist_mean)
+        torch.testing.assert_close(
+            out, comps._output(comps._capsules(expect, dist), (5, 4)))
+    fresh = small_caps(pose_from='mean_plus_components').train()
+    fresh(x).pow(2).sum().backward()
+    assert fresh.component_pose_weight.grad.abs().sum() > 0
