@@ -80,7 +80,7 @@ def part_offsets(layer, X_p, plan) -> dict:
     layer's pose the task has opened to the plan; with
     ``'mean_plus_components'``, the same of the components' offsets' pose.
     """
-    from mmhgw.models.layers.hgw_caps import mean_pose
+    from mmhgw.models.layers.hgw_caps import component_offset_pose, mean_pose
     from mmhgw.ops import pose_map
     V_q = plan.shape[-1]
     parts = V_q * torch.einsum('blnpq,blpd->blnqd', plan, X_p)
@@ -92,9 +92,7 @@ def part_offsets(layer, X_p, plan) -> dict:
     if layer.pose_from == 'mean_plus_plan':
         extra = pose_map(offset, layer.plan_pose_weight)
     elif layer.pose_from == 'mean_plus_components':
-        extra = torch.einsum('blk,nko->blno',
-                             (X_p - X_p.mean(-2, keepdim=True)).flatten(-2),
-                             layer.component_pose_weight)
+        extra = component_offset_pose(X_p, layer.component_pose_weight)
     else:
         return out
     base = mean_pose(X_p, layer.pose_weight).norm(dim=-1).sum()

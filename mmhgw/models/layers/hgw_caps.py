@@ -43,6 +43,15 @@ def mean_pose(X_p: Tensor, pose_weight: Tensor) -> Tensor:
     return torch.einsum('bld,ndo->blno', X_p.mean(-2), W)
 
 
+def component_offset_pose(X_p: Tensor, weight: Tensor) -> Tensor:
+    """Poses [B, L, N, O] of the map ``weight`` [N, V_p d, O] applied to
+    the components' offsets from their mean, ``vec(X_p - p^T X_p)`` (X_p
+    [B, L, V_p, d]): every number of the components, as a convolution's
+    output reads its whole patch."""
+    offsets = (X_p - X_p.mean(-2, keepdim=True)).flatten(-2)
+    return torch.einsum('blk,nko->blno', offsets, weight)
+
+
 def activation(dist: Tensor, temperature: float) -> Tensor:
     """Activations ``exp(-(d_n - min_m d_m) / temperature)`` in (0, 1] of
     the HGW distances ``dist`` [..., N] to the N output types: a soft
@@ -576,11 +585,8 @@ class HGWCaps(BaseModule):
         if self.pose_from == 'mean':
             return mean_pose(X_p, self.pose_weight)
         if self.pose_from == 'mean_plus_components':
-            # W m + W_c vec(X_p - m): every number of the components, as a
-            # convolution's output reads its whole patch.
-            offsets = (X_p - X_p.mean(-2, keepdim=True)).flatten(-2)
-            return mean_pose(X_p, self.pose_weight) + torch.einsum(
-                'blk,nko->blno', offsets, self.component_pose_weight)
+            return mean_pose(X_p, self.pose_weight) + component_offset_pose(
+                X_p, self.component_pose_weight)
         # W m + W_r (parts - m) = W_r parts + (W - W_r) m: the pose maps
         # are linear, so the mean's pose is formed once.
         return plan_pose + mean_pose(X_p,
