@@ -213,6 +213,22 @@ VARIANTS = {
                [_CAPS + 'solver_cfg.outer_iters=3']),
     'unroll': ('gradient through the solver iterations, not the envelope',
                'hgw', [_CAPS + 'solver_cfg.grad=unroll']),
+    # The paper's pose (the plan's barycentric parts) read from plans the
+    # task can shape: soft plans (eps 0.1, a smooth function of the input,
+    # where near-hard ones jump between assignments) and the gradient
+    # through the iterations, so that the task trains the matching itself.
+    'planpose_unroll': ('pose map of the plan\'s barycentric parts, '
+                        'gradient through the solver iterations', 'hgw', [
+                            _CAPS + 'pose_from=plan',
+                            _CAPS + 'solver_cfg.grad=unroll'
+                        ]),
+    'planpose_soft_unroll': ('pose map of the plan\'s barycentric parts, '
+                             'soft plans (eps 0.1), gradient through the '
+                             'solver iterations', 'hgw', [
+                                 _CAPS + 'pose_from=plan',
+                                 _CAPS + 'solver_cfg.eps=0.1',
+                                 _CAPS + 'solver_cfg.grad=unroll'
+                             ]),
     'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [
         _CAPS + 'routing=uniform', _CAPS + 'reg_scope=layer'
     ]),
