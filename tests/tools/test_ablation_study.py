@@ -425,7 +425,8 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
     ('planpose', ['pose_from']), ('pluspose', ['pose_from']),
     ('comppose', ['pose_from']), ('parts03', ['subcapsules']),
     ('planpose_unroll', ['pose_from', 'solver_cfg']),
-    ('planpose_soft_unroll', ['pose_from', 'solver_cfg'])
+    ('planpose_soft_unroll', ['pose_from', 'solver_cfg']),
+    ('planpose_gain025', ['pose_from', 'pose_weight'])
 ])
 def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
     # Each capsule variant's options, merged into the family's HGWCaps
@@ -464,6 +465,8 @@ def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
         else []
     differs += [] if torch.equal(layer.subcapsules, shipped.subcapsules) \
         else ['subcapsules']
+    differs += [] if torch.equal(layer.pose_weight, shipped.pose_weight) \
+        else ['pose_weight']
     assert differs == expected
 
 

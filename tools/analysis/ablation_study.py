@@ -229,6 +229,12 @@ VARIANTS = {
                                  _CAPS + 'solver_cfg.eps=0.1',
                                  _CAPS + 'solver_cfg.grad=unroll'
                              ]),
+    # The plan's parts lie far from 0, so at the default gain their pose is
+    # long and its gradient small: the same pose at the default pose's
+    # starting length (HGWCaps(pose_gain=...)).
+    'planpose_gain025': ('pose map of the plan\'s barycentric parts, the map '
+                         'drawn at a quarter of the default scale', 'hgw',
+                         [_CAPS + 'pose_from=plan', _CAPS + 'pose_gain=0.25']),
     'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [
         _CAPS + 'routing=uniform', _CAPS + 'reg_scope=layer'
     ]),

@@ -241,6 +241,16 @@ class HGWCaps(BaseModule):
             training the subcapsules at 100x the learning rate (with SGD
             at the base rate they hardly move in a short schedule;
             docs/evidence.md): the default keeps the common draw.
+        pose_gain: factor on the pose map's draw at construction, normal
+            with standard deviation ``gain / sqrt(num_parts * part_dim)``;
+            finite, > 0. The capsules are rescaled to their activations, so
+            the output does not depend on the pose's length, but the
+            gradient through it does (inversely): the gain sets how fast,
+            under SGD, the pose map and every layer feeding the pose learn.
+            The plan's barycentric parts lie several times farther from 0
+            than the components' mean (docs/evidence.md), so at the same
+            gain ``pose_from='plan'`` starts with a longer pose, hence a
+            smaller gradient, than the default.
         conv_cfg: config of the component convolution (default Conv2d).
         init_cfg: mmengine initialisation config.
         **legacy: the previous release's arguments, deprecated (see
@@ -258,7 +268,8 @@ class HGWCaps(BaseModule):
                  temperature: float = 0.1, pose_from: str = 'mean',
                  reg_scope: str = 'network', align_weight: float = 0.0,
                  align_temperature: Optional[float] = None,
-                 subcapsule_std: float = 1.0, backend: str = 'auto',
+                 subcapsule_std: float = 1.0, pose_gain: float = 1.0,
+                 backend: str = 'auto',
                  conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None, **legacy):
         super().__init__(init_cfg=init_cfg)
@@ -268,7 +279,8 @@ class HGWCaps(BaseModule):
                          in_types, out_types, num_parts, part_dim, beta,
                          reg_weight, routing, ROUTINGS, use_observed, observed,
                          temperature, reg_scope, backend, BACKENDS, pose_from,
-                         align_weight, align_temperature, subcapsule_std)
+                         align_weight, align_temperature, subcapsule_std,
+                         pose_gain)
         # Fail at build time, not at the first forward.
         self.solver_cfg = build_solver_cfg(solver_cfg)
         self.use_observed = use_observed
@@ -306,8 +318,8 @@ class HGWCaps(BaseModule):
         self.subcapsules = nn.Parameter(
             torch.randn(out_types, num_parts, part_dim) * subcapsule_std)
         self.pose_weight = nn.Parameter(
-            torch.randn(out_types, num_parts * part_dim, self.out_dim) /
-            math.sqrt(num_parts * part_dim))
+            torch.randn(out_types, num_parts * part_dim, self.out_dim) *
+            (pose_gain / math.sqrt(num_parts * part_dim)))
         # Zeros draw nothing from the generator: the other parameters are
         # those of the default layer built under the same seed.
         if pose_from == 'mean_plus_plan':

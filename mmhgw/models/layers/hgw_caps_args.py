@@ -116,7 +116,7 @@ def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
                      out_types, num_parts, part_dim, beta, reg_weight, routing,
                      routings, use_observed, observed, temperature, reg_scope,
                      backend, backends, pose_from, align_weight,
-                     align_temperature, subcapsule_std):
+                     align_temperature, subcapsule_std, pose_gain):
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):
@@ -142,7 +142,8 @@ def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
     checked = [('beta', beta, _UNIT), ('reg_weight', reg_weight, _AT_LEAST_0),
                ('temperature', temperature, _POSITIVE),
                ('align_weight', align_weight, _AT_LEAST_0),
-               ('subcapsule_std', subcapsule_std, _POSITIVE)]
+               ('subcapsule_std', subcapsule_std, _POSITIVE),
+               ('pose_gain', pose_gain, _POSITIVE)]
     if align_temperature is not None:  # None: the activation's
         checked.append(('align_temperature', align_temperature, _POSITIVE))
     for name, value, (expected, holds) in checked:

@@ -244,6 +244,8 @@ def test_eval_is_deterministic_and_state_dict_round_trips():
     (dict(subcapsule_std=0.0), 'subcapsule_std must be a positive'),
     (dict(subcapsule_std=float('inf')), 'subcapsule_std must be a positive'),
     (dict(subcapsule_std='0.3'), "subcapsule_std must be a number, got '0.3'"),
+    (dict(pose_gain=0.0), 'pose_gain must be a positive'),
+    (dict(pose_gain=float('nan')), 'pose_gain must be a positive'),
     (dict(temperature=True), 'temperature must be a number, got True'),
     (dict(beta='0.5'), 'beta must be a number'),
 ])
@@ -266,6 +268,26 @@ def test_subcapsule_std_scales_the_parts_draw_only():
     big = small_caps(out_channels=32, out_types=32, num_parts=16,
                      subcapsule_std=0.3)
     assert big.subcapsules.std().item() == pytest.approx(0.3, rel=0.1)
+
+
+def test_pose_gain_scales_the_pose_map_draw_and_not_the_output():
+    torch.manual_seed(0)
+    default = small_caps(pose_from='plan').train()
+    torch.manual_seed(0)
+    large = small_caps(pose_from='plan', pose_gain=4.0).train()
+    torch.testing.assert_close(large.pose_weight, 4 * default.pose_weight)
+    torch.testing.assert_close(large.subcapsules, default.subcapsules,
+                               rtol=0, atol=0)
+    x = torch.randn(2, 16, 5, 4, requires_grad=True)
+    out_d, out_l = default(x), large(x)
+    # The capsules are rescaled to their activations: the same output, up
+    # to the safe norm's eps ...
+    torch.testing.assert_close(out_l, out_d, rtol=1e-4, atol=1e-4)
+    # ... but the gradient through the pose is inversely as large.
+    w = torch.randn_like(out_d)
+    g_d, = torch.autograd.grad((out_d * w).sum(), default.pose_weight)
+    g_l, = torch.autograd.grad((out_l * w).sum(), large.pose_weight)
+    torch.testing.assert_close(4 * g_l, g_d, rtol=1e-2, atol=1e-5)
 
 
 def test_ablations_set_their_knobs():
