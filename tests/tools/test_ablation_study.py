@@ -416,18 +416,18 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
     assert not (tmp_path / 'x.md').exists()
 
 
-@pytest.mark.parametrize('variant, expected', [
-    ('uniform', ['routing']), ('ablA', ['solver_cfg']),
-    ('ablB', ['reg_weight']), ('ablC', ['use_observed']),
-    ('counts', ['observed']), ('reg_layer', ['reg_scope']),
-    ('temp05', ['temperature']), ('eps01', ['solver_cfg']),
-    ('steps3', ['solver_cfg']), ('unroll', ['solver_cfg']),
-    ('planpose', ['pose_from']), ('pluspose', ['pose_from']),
-    ('comppose', ['pose_from']), ('parts03', ['subcapsules']),
-    ('planpose_unroll', ['pose_from', 'solver_cfg']),
-    ('planpose_soft_unroll', ['pose_from', 'solver_cfg']),
-    ('planpose_gain025', ['pose_from', 'pose_weight'])
-])
+@pytest.mark.parametrize(
+    'variant, expected',
+    [('uniform', ['routing']), ('ablA', ['solver_cfg']),
+     ('ablB', ['reg_weight']), ('ablC', ['use_observed']),
+     ('counts', ['observed']), ('reg_layer', ['reg_scope']),
+     ('temp05', ['temperature']), ('eps01', ['solver_cfg']),
+     ('steps3', ['solver_cfg']), ('unroll', ['solver_cfg']),
+     ('planpose', ['pose_from']), ('pluspose', ['pose_from']),
+     ('comppose', ['pose_from']), ('parts03', ['subcapsules']),
+     ('planpose_unroll', ['pose_from', 'solver_cfg']),
+     ('planpose_soft_unroll', ['pose_from', 'solver_cfg']),
+     ('planpose_gain025', ['pose_from', 'pose_weight'])])
 def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
     # Each capsule variant's options, merged into the family's HGWCaps
     # config, build a layer that differs from the shipped one as described.

@@ -269,8 +269,7 @@ class HGWCaps(BaseModule):
                  reg_scope: str = 'network', align_weight: float = 0.0,
                  align_temperature: Optional[float] = None,
                  subcapsule_std: float = 1.0, pose_gain: float = 1.0,
-                 backend: str = 'auto',
-                 conv_cfg: Optional[dict] = None,
+                 backend: str = 'auto', conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None, **legacy):
         super().__init__(init_cfg=init_cfg)
         solver_cfg, reg_weight, use_observed = resolve_legacy(

@@ -276,8 +276,8 @@ def test_pose_gain_scales_the_pose_map_draw_and_not_the_output():
     torch.manual_seed(0)
     large = small_caps(pose_from='plan', pose_gain=4.0).train()
     torch.testing.assert_close(large.pose_weight, 4 * default.pose_weight)
-    torch.testing.assert_close(large.subcapsules, default.subcapsules,
-                               rtol=0, atol=0)
+    torch.testing.assert_close(large.subcapsules, default.subcapsules, rtol=0,
+                               atol=0)
     x = torch.randn(2, 16, 5, 4, requires_grad=True)
     out_d, out_l = default(x), large(x)
     # The capsules are rescaled to their activations: the same output, up
