@@ -420,6 +420,7 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
     'variant, expected',
     [('uniform', ['routing']), ('ablA', ['solver_cfg']),
      ('ablB', ['reg_weight']), ('ablC', ['use_observed']),
+     ('beta1', ['beta_final']),
      ('counts', ['observed']), ('reg_layer', ['reg_scope']),
      ('temp05', ['temperature']), ('eps01', ['solver_cfg']),
      ('steps3', ['solver_cfg']), ('unroll', ['solver_cfg']),
@@ -458,7 +459,8 @@ def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
             })
     differs = [
         name for name in ('routing', 'reg_weight', 'use_observed', 'observed',
-                          'reg_scope', 'temperature', 'pose_from')
+                          'reg_scope', 'temperature', 'pose_from',
+                          'beta_final')
         if getattr(layer, name) != getattr(shipped, name)
     ]
     differs += ['solver_cfg'] if layer.solver_cfg != shipped.solver_cfg \

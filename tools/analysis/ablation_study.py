@@ -172,6 +172,11 @@ VARIANTS = {
     'ablB': ('B: no regulariser E', 'hgw', [_CAPS + 'reg_weight=0.0']),
     'ablC': ('C: no observed structure, same Wasserstein weight', 'hgw',
              [_CAPS + 'use_observed=False']),
+    # The paper's warm-up ends at beta_U = U / U = 1, where its ablation C
+    # says the structures without observed data lose; the layer ships 0.5.
+    'beta1': ('beta 1 at the end of the warm-up (structures from the '
+              'embeddings alone, Wasserstein weight 1)', 'hgw',
+              [_CAPS + 'beta=1.0']),
     'counts': ('observed structure counted in the input patches', 'hgw',
                [_CAPS + 'observed=counts']),
     'reg_layer': ('E trains the capsule layers\' embeddings only', 'hgw',
