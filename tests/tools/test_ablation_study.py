@@ -420,12 +420,12 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
     'variant, expected',
     [('uniform', ['routing']), ('ablA', ['solver_cfg']),
      ('ablB', ['reg_weight']), ('ablC', ['use_observed']),
-     ('beta1', ['beta_final']),
-     ('counts', ['observed']), ('reg_layer', ['reg_scope']),
-     ('temp05', ['temperature']), ('eps01', ['solver_cfg']),
-     ('steps3', ['solver_cfg']), ('unroll', ['solver_cfg']),
-     ('planpose', ['pose_from']), ('pluspose', ['pose_from']),
-     ('comppose', ['pose_from']), ('parts03', ['subcapsules']),
+     ('beta1', ['beta_final']), ('counts', ['observed']),
+     ('reg_layer', ['reg_scope']), ('temp05', ['temperature']),
+     ('eps01', ['solver_cfg']), ('steps3', ['solver_cfg']),
+     ('unroll', ['solver_cfg']), ('planpose', ['pose_from']),
+     ('pluspose', ['pose_from']), ('comppose', ['pose_from']),
+     ('parts03', ['subcapsules']),
      ('planpose_unroll', ['pose_from', 'solver_cfg']),
      ('planpose_soft_unroll', ['pose_from', 'solver_cfg']),
      ('planpose_gain025', ['pose_from', 'pose_weight'])])
@@ -458,9 +458,9 @@ def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
                 for k, v in cfg.model.backbone.hgw_cfg.items() if k != 'type'
             })
     differs = [
-        name for name in ('routing', 'reg_weight', 'use_observed', 'observed',
-                          'reg_scope', 'temperature', 'pose_from',
-                          'beta_final')
+        name
+        for name in ('routing', 'reg_weight', 'use_observed', 'observed',
+                     'reg_scope', 'temperature', 'pose_from', 'beta_final')
         if getattr(layer, name) != getattr(shipped, name)
     ]
     differs += ['solver_cfg'] if layer.solver_cfg != shipped.solver_cfg \
