@@ -190,7 +190,8 @@ class HGWCaps(BaseModule):
             own offsets ``X_p - p^T X_p`` (all ``V_p d`` numbers, through
             ``component_pose_weight``, zero at construction) instead of the
             plan's parts: what the mean leaves out, reached without a
-            plan; the control of ``'mean_plus_plan'``.
+            plan; the control of ``'mean_plus_plan'``. Neither is ahead of
+            ``'mean'`` on real data (docs/evidence.md): options, not defaults.
         reg_scope: what E trains. ``'network'``: E's gradient flows
             through the components into the layer's input, hence into every
             layer before it. ``'layer'``: E sees the components of the
