@@ -41,6 +41,18 @@ class ToyData(torch.utils.data.Dataset):
         return dict(inputs=x, targets=x.sum(0, keepdim=True) * 0.5)
 
 
+@pytest.fixture(autouse=True)
+def stock_handlers():
+    """Each test starts from Python's own handlers, whatever the process
+    was started with (a background job ignores SIGINT)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
 class SignalAt(Hook):
     """Sends ``signum`` to this process after iteration ``at`` (from 1)."""
     priority = 'NORMAL'
@@ -230,4 +242,30 @@ def test_the_other_stop_signal_asks_for_the_same_stop(tmp_path):
         runner.train()
     assert stop.value.code == 128 + signal.SIGINT
     assert osp.basename(last_checkpoint(tmp_path)) == 'iter_2.pth'
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_signal_ignored_before_the_run_stays_ignored(tmp_path):
+    """Started with SIGINT ignored (nohup, a script's background job), the
+    run goes on through a Ctrl-C; SIGTERM still stops it with a checkpoint,
+    and SIGINT is ignored again afterwards."""
+
+    class IgnoredThenTerm(Hook):
+        priority = 'NORMAL'
+
+        def after_train_iter(self, runner, batch_idx, data_batch=None,
+                             outputs=None):
+            if runner.iter + 1 == 1:
+                assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+                os.kill(os.getpid(), signal.SIGINT)
+            if runner.iter + 1 == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    runner = toy_runner(tmp_path, hooks=[IgnoredThenTerm()])
+    with pytest.raises(SystemExit) as stop:
+        runner.train()
+    assert stop.value.code == 128 + signal.SIGTERM
+    assert osp.basename(last_checkpoint(tmp_path)) == 'iter_3.pth'
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -33,7 +33,9 @@ class InterruptCheckpointHook(Hook):
     second Ctrl-C stops at once, as without the hook (during a long
     validation, say; the flag is read after training iterations only). The
     other stop signal, arriving after the first, asks for the same stop
-    (torchrun passes a Ctrl-C on to its workers as SIGTERM).
+    (torchrun passes a Ctrl-C on to its workers as SIGTERM). A signal the
+    process was started to ignore (SIGINT of a job put in the background by
+    a script, say) stays ignored.
 
     Iteration-based loops get the ``CheckpointHook``'s own file
     (``iter_{N}.pth``, counted in ``max_keep_ckpts``) and resume exactly
@@ -97,7 +99,12 @@ class InterruptCheckpointHook(Hook):
             return
         self._loop = runner.train_loop
         for signum in STOP_SIGNALS:
-            self._previous[signum] = signal.getsignal(signum)
+            previous = signal.getsignal(signum)
+            if previous is signal.SIG_IGN:
+                # Started to ignore it (nohup, a background job of a
+                # script): it must not stop the run now.
+                continue
+            self._previous[signum] = previous
             signal.signal(signum, self._handle)
 
     def after_train(self, runner):
