@@ -5,6 +5,7 @@ Each stage has its own time limit; every result goes into one folder.
     python3 tools/gpu_suite.py OUT [--wheelhouse wheelhouse]
         [--work /tmp/mmhgw-gpu] [--budget 540] [--stages A,B] [--skip A,B]
         [--train-iters 300] [--det-iters 100] [--archive FILE] [--dry-run]
+        [--study-args "ARGS"] [--study-jobs 8]
 
 Made for a machine with no network whose Python already has a CUDA torch,
 Triton, numpy, OpenCV and scipy (tools/gpu/image_packages.txt): everything
@@ -42,6 +43,16 @@ train-mask-rcnn      stock and HGWCaps Mask R-CNN on the shapes set, --amp,
                      --det-iters iterations each
 tests                the whole test suite, in the background on the
                      build's cores once mmcv is built
+study                tools/analysis/ablation_study.py with ``--study-args``
+                     (its variants, seeds, family, data root, schedule),
+                     ``--study-jobs`` runs at a time sharing the GPU, for
+                     the rest of the budget; only with ``--study-args``.
+                     Every finished run's results and logs (not its
+                     checkpoint) go into OUT/logs/study-runs.tar.gz, in the
+                     layout of the tool's ``--work-dir``, so that the tool
+                     pointed at them where they are unpacked writes the
+                     report without training again; runs the budget cut
+                     short are left out
 
 The stages from data to train-deeplabv3plus need no mmcv op, but mmdet and
 mmseg import them all: until the build is done they run against mmcv's
@@ -106,9 +117,11 @@ STAGES = {
     'bench-mask-rcnn': (240, True),
     'train-mask-rcnn': (240, True),
     'tests': (480, True),
+    'study': (3600, False),
 }
 FOREGROUND_BEFORE_OPS = ('data', 'test-cuda', 'tune-triton', 'bench-op',
-                         'bench-layer', 'train-unet', 'train-deeplabv3plus')
+                         'bench-layer', 'train-unet', 'train-deeplabv3plus',
+                         'study')
 FOREGROUND_AFTER_OPS = ('bench-mask-rcnn', 'train-mask-rcnn')
 #: Stage -> the stages it cannot run without (added when it is selected).
 NEEDS = {
@@ -478,6 +491,8 @@ class Suite:
             return NOT_IN_DRY_RUN[name]
         if name not in self.selected:
             return 'not selected'
+        if name == 'study' and not self.args.study_args:
+            return 'no --study-args'
         if self.left() < MIN_START_S:
             return (f'not started: {max(self.left(), 0):.0f} s of the '
                     f'{self.args.budget} s budget left')
@@ -1003,6 +1018,48 @@ class Suite:
                 '; '.join(bad))
         return result
 
+    def study(self, limit):
+        runs = osp.join(self.work, 'study', 'runs')
+        cmd = [
+            self.python, 'tools/analysis/ablation_study.py',
+            *shlex.split(self.args.study_args), '--jobs',
+            str(self.args.study_jobs), '--work-dir', runs, '--out',
+            osp.join(self.logs, 'study.md'), '--image',
+            osp.join(self.logs, 'study.png')
+        ]
+        if self.dry:  # the last value of an option wins
+            cmd += ['--iters', '2', '--seeds', '0']
+        # One thread a run: the runs share the cores as they share the GPU.
+        run = self.command('study', cmd, limit,
+                           env=self.env(dict(OMP_NUM_THREADS='1')))
+        finished = self.pack_study(runs)
+        result = dict(finished=finished,
+                      report=osp.exists(osp.join(self.logs, 'study.md')))
+        if run['timed_out'] or run['returncode']:
+            self.report['stages']['study']['result'] = result
+            raise Stop(
+                'timeout' if run['timed_out'] else 'failed',
+                f'{len(finished)} runs finished; see {run["log"]}:\n' +
+                tail(osp.join(self.out, run['log']), 1500))
+        return result
+
+    def pack_study(self, runs):
+        """The finished runs under ``runs`` (those with a
+        ``result.json``) into logs/study-runs.tar.gz, checkpoints left out;
+        their names (variant/seed)."""
+        finished = sorted(
+            osp.dirname(p) for p in glob.glob(
+                osp.join(runs, '**', 'result.json'), recursive=True))
+        archive = osp.join(self.logs, 'study-runs.tar.gz')
+        with tarfile.open(archive + '.tmp', 'w:gz') as tf:
+            for run in finished:
+                for path in glob.glob(osp.join(run, '**', '*'),
+                                      recursive=True):
+                    if osp.isfile(path) and not path.endswith('.pth'):
+                        tf.add(path, osp.relpath(path, runs))
+        os.replace(archive + '.tmp', archive)
+        return [osp.relpath(run, runs) for run in finished]
+
     def start_tests(self, limit):
         """The whole suite in the background on the build's cores (the
         build is over), beside the timed stages."""
@@ -1090,7 +1147,8 @@ class Suite:
                 'train-deeplabv3plus': lambda t: self.train(
                     'train-deeplabv3plus', t),
                 'bench-mask-rcnn': self.bench_mask_rcnn,
-                'train-mask-rcnn': lambda t: self.train('train-mask-rcnn', t)
+                'train-mask-rcnn': lambda t: self.train('train-mask-rcnn', t),
+                'study': self.study
             })
         for name in FOREGROUND_BEFORE_OPS:
             self.stage(name, steps[name])
@@ -1176,10 +1234,24 @@ def parse_args(argv=None):
         '--dry-run', action='store_true',
         help='the CPU-side stages, small and short, in this '
         'environment')
+    parser.add_argument(
+        '--study-args', help='options of tools/analysis/ablation_study.py '
+        'for the study stage, as one string (its --work-dir, --out, '
+        '--image and --jobs are the suite\'s)')
+    parser.add_argument('--study-jobs', type=int, default=8,
+                        help='runs of the study trained at a time')
     args = parser.parse_args(argv)
+    if args.study_args:
+        owned = {'--work-dir', '--out', '--image', '--jobs'} & {
+            a.split('=', 1)[0]
+            for a in shlex.split(args.study_args)
+        }
+        if owned:
+            parser.error(f'--study-args: {", ".join(sorted(owned))} '
+                         f'belong to the suite')
     if args.budget <= 0:
         parser.error('--budget must be positive')
-    for key in ('train_iters', 'det_iters', 'timing_cpus'):
+    for key in ('train_iters', 'det_iters', 'timing_cpus', 'study_jobs'):
         if getattr(args, key) < 1:
             parser.error(f'--{key.replace("_", "-")} must be >= 1')
     return args

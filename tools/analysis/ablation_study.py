@@ -26,10 +26,14 @@ a bar chart with error bars.
         [--work-dir work_dirs/ablations] [--data data/ablations]
         [--out docs/ablations.md] [--image docs/images/ablations.png]
         [--title TITLE] [--section KEY] [--base-channels C]
-        [--cfg-options k=v ...] [--rerun]
+        [--cfg-options k=v ...] [--jobs N] [--rerun]
 
-Finished runs (``result.json`` in their work directory) are reused, so an
-interrupted study continues where it stopped; ``--rerun`` trains anew.
+``--jobs N`` trains N runs at a time, seed by seed (every variant of a seed
+before the next seed), so that a study stopped early leaves whole seeds;
+on a GPU the runs share the device, on a CPU they share the cores
+(``OMP_NUM_THREADS``). Finished runs (``result.json`` in their work
+directory) are reused, so an interrupted study continues where it stopped;
+``--rerun`` trains anew.
 The report is the section ``--section`` (default ``study``) of ``--out``
 (between the lines ``<!-- study:begin -->`` and ``<!-- study:end -->``,
 appended to a page without it): the rest of the page, a reading of the
@@ -47,7 +51,9 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from mmhgw.analysis.paired import fmt_interval, mean_std
 from mmhgw.benchmarking import machine
@@ -401,11 +407,18 @@ def parse_options(options):
     }
 
 
+#: Parsing and dumping configs is not known to be thread-safe (mmengine
+#: goes through temporary files and module imports): one at a time under
+#: ``--jobs``.
+_CONFIG_LOCK = threading.Lock()
+
+
 def merged_config(config, options):
     """The config file ``config`` with ``--cfg-options`` ``options``."""
     from mmengine.config import Config
-    cfg = Config.fromfile(osp.join(ROOT, config))
-    cfg.merge_from_dict(parse_options(options))
+    with _CONFIG_LOCK:
+        cfg = Config.fromfile(osp.join(ROOT, config))
+        cfg.merge_from_dict(parse_options(options))
     return cfg
 
 
@@ -539,10 +552,52 @@ def train_and_test(task, variant, seed, args):
             name: metrics.get(key)
             for name, key in TASKS[task]['metrics']
         }, time_per_iter=statistics.fmean(times) if times else None,
-        wall_minutes=(time.perf_counter() - start) / 60, machine=machine())
+        wall_minutes=(time.perf_counter() - start) / 60,
+        machine=machine(training_device()))
     with open(result_file, 'w') as f:
         json.dump(result, f, indent=2)
     return result
+
+
+def training_device() -> str:
+    """The device the train tool's Runner picks: the GPU where there is
+    one."""
+    import torch
+    return 'cuda' if torch.cuda.is_available() else 'cpu'
+
+
+def run_all(args) -> dict:
+    """Every run of the study, ``--jobs`` at a time: task -> variant ->
+    results in ``--seeds`` order. Runs start seed by seed; a run that fails
+    does not stop the others, and the failures are raised together once
+    every run has ended."""
+    # The narrowed widths are found once, before any thread needs them.
+    for task in args.tasks:
+        for variant in args.variants:
+            model_options(args, task, variant)
+    jobs = [(task, variant, seed) for task in args.tasks for seed in args.seeds
+            for variant in args.variants]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {
+            job: pool.submit(train_and_test, *job, args)
+            for job in jobs
+        }
+    done, failed = {}, []
+    for (task, variant, seed), future in futures.items():
+        try:
+            done[task, variant, seed] = future.result()
+        except SystemExit as err:
+            failed.append(f'{task} {variant} seed {seed}: {err}')
+    if failed:
+        raise SystemExit(f'{len(failed)} of {len(jobs)} runs failed:\n' +
+                         '\n'.join(failed))
+    return {
+        task: {
+            variant: [done[task, variant, seed] for seed in args.seeds]
+            for variant in args.variants
+        }
+        for task in args.tasks
+    }
 
 
 def test_config(cfg, task: dict, work: str) -> str:
@@ -561,7 +616,8 @@ def test_config(cfg, task: dict, work: str) -> str:
             *extra
         ]
     path = osp.join(work, 'test_config.py')
-    cfg.dump(path)
+    with _CONFIG_LOCK:
+        cfg.dump(path)
     return path
 
 
@@ -784,7 +840,12 @@ def parse_args():
                         help='key=value options for every train / test run')
     parser.add_argument('--rerun', action='store_true',
                         help='train again even where a result exists')
+    parser.add_argument(
+        '--jobs', type=int, default=1,
+        help='runs trained at a time, seed by seed (default 1)')
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f'--jobs must be >= 1, got {args.jobs}')
     if args.data_root:
         if len(args.tasks) != 1:
             parser.error('--data-root serves one task; got --tasks '
@@ -832,12 +893,8 @@ def main():
     start = time.perf_counter()
     if not args.data_root:
         ensure_data(args.data, args.tasks)
-    results, params = {}, {}
+    results, params = run_all(args), {}
     for task in args.tasks:
-        results[task] = {
-            v: [train_and_test(task, v, s, args) for s in args.seeds]
-            for v in args.variants
-        }
         params[task] = {
             v: count_parameters(config_of(args, task, v),
                                 model_options(args, task, v))
