@@ -100,6 +100,7 @@ def checkpoint_metrics(config: str, checkpoint: str, options=None,
     from mmengine.runner import Runner
 
     from mmhgw.engine.hooks import CheckpointFitHook
+    from mmhgw.engine.test_options import plain_metrics
     cfg = Config.fromfile(config)
     merge_cfg_options(cfg, options)
     if change_cfg is not None:
@@ -113,7 +114,7 @@ def checkpoint_metrics(config: str, checkpoint: str, options=None,
         if change_model is not None:
             change_model(runner.model)
         runner.register_hook(CheckpointFitHook(checkpoint, 'test'))
-        return runner.test()
+        return plain_metrics(runner.test())
 
 
 def add_model_args(parser, required=True):

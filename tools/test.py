@@ -19,7 +19,7 @@ from mmhgw.config_utils import add_runner_args, config_from_args
 from mmhgw.engine.cpu_dist import finish_distributed, prepare_cpu_distributed
 from mmhgw.engine.hooks import CheckpointFitHook
 from mmhgw.engine.test_options import (add_test_options, apply_test_options,
-                                       write_test_outputs)
+                                       plain_metrics, write_test_outputs)
 
 
 def parse_args():
@@ -48,7 +48,7 @@ def main():
     runner.register_hook(
         CheckpointFitHook(args.checkpoint, 'test',
                           allow_partial=args.allow_partial))
-    metrics = runner.test()
+    metrics = plain_metrics(runner.test())
     print(metrics)
     if args.metrics_out:
         with open(args.metrics_out, 'w') as f:

@@ -197,6 +197,27 @@ def apply_test_options(cfg, args):
         cfg.test_dataloader.pin_memory = False
 
 
+def plain_metrics(metrics: dict) -> dict:
+    """``metrics`` (what ``Runner.test`` returns) with every numpy and torch
+    value turned into Python numbers and lists, so that ``json`` writes
+    them. Needed under NumPy 2: its promotion rules (NEP 50) keep
+    float32 through mmseg's ``np.round(mean * 100, 2)``, so ``IoUMetric``
+    returns float32 scalars, which ``json`` refuses (float64 ones it
+    takes, being ``float``)."""
+
+    def plain(value):
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        if isinstance(value, (str, bytes)):
+            return value
+        tolist = getattr(value, 'tolist', None)  # numpy and torch alike
+        return tolist() if callable(tolist) else value
+
+    return plain(metrics)
+
+
 def write_test_outputs(metrics: dict, args):
     """After the test: ``--out FILE --out-item metrics`` (mmpretrain)
     writes the metrics in FILE's format (json, yaml, pkl)."""

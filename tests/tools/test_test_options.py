@@ -10,6 +10,7 @@ import pickle
 import runpy
 import sys
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
@@ -17,7 +18,7 @@ from mmengine.config import Config
 from mmhgw.config_utils import build_config_model, load_offline_config
 from mmhgw.datasets.synthetic import make_coco_instances
 from mmhgw.engine.test_options import (add_test_options, apply_test_options,
-                                       write_test_outputs)
+                                       plain_metrics, write_test_outputs)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 STOCK_DET = osp.join(ROOT, 'configs/demo/mask-rcnn_r50_fpn_demo-shapes.py')
@@ -116,6 +117,49 @@ def test_mmseg_out_show_dir_and_flip_tta(tmp_path, monkeypatch,
     assert aug.transforms[1][0].type == 'LoadAnnotations'
     assert not any(t.type == 'LoadAnnotations'
                    for t in dumped.test_dataloader.dataset.pipeline[:-1])
+
+
+def test_metrics_of_numpy_2_types_are_written(tmp_path, monkeypatch,
+                                              reduced_seg_config):
+    # Under NumPy 2 mmseg's IoUMetric returns float32 scalars (NEP 50 keeps
+    # the type through its rounding), which json refuses; the pinned NumPy
+    # 1 gives float64. The test tool writes them all the same.
+    from mmseg.evaluation import IoUMetric
+    stock = IoUMetric.compute_metrics
+
+    def as_numpy_2(self, results):
+        return {k: np.float32(v) for k, v in stock(self, results).items()}
+
+    monkeypatch.setattr(IoUMetric, 'compute_metrics', as_numpy_2)
+    config = reduced_seg_config(tmp_path, num_train=2, num_val=1)
+    checkpoint = save_random_checkpoint(config, tmp_path / 'seg.pth')
+    metrics = tmp_path / 'metrics.json'
+    run_test_tool(monkeypatch, str(config), checkpoint, '--work-dir',
+                  str(tmp_path / 'work'), '--metrics-out', str(metrics),
+                  '--cfg-options', *unique_names(tmp_path))
+    with open(metrics) as f:
+        written = json.load(f)
+    assert isinstance(written['mIoU'], float)
+    assert 0 <= written['mIoU'] <= 100
+
+
+def test_plain_metrics_turns_numpy_and_torch_values_into_python():
+    metrics = {
+        'mIoU': np.float32(71.25), 'count': np.int64(3),
+        'per_class': np.array([1.5, 2.5],
+                              dtype=np.float32), 'loss': torch.tensor(0.5),
+        'areas': torch.tensor([1, 2]), 'nested': {'acc': np.float16(0.5)},
+        'name': 'mIoU', 'none': None, 'plain': 2.0
+    }
+    plain = plain_metrics(metrics)
+    assert json.loads(json.dumps(plain)) == {
+        'mIoU': 71.25, 'count': 3, 'per_class': [1.5, 2.5], 'loss': 0.5,
+        'areas': [1, 2], 'nested': {'acc': 0.5}, 'name': 'mIoU', 'none': None,
+        'plain': 2.0
+    }
+    assert type(plain['mIoU']) is float and type(plain['count']) is int
+    with pytest.raises(TypeError, match='float32'):
+        json.dumps({'mIoU': np.float32(1)})  # what the tool had to write
 
 
 def options(*argv):
