@@ -1044,21 +1044,25 @@ class Suite:
         return result
 
     def pack_study(self, runs):
-        """The finished runs under ``runs`` (those with a
-        ``result.json``) into logs/study-runs.tar.gz, checkpoints left out;
-        their names (variant/seed)."""
-        finished = sorted(
+        """Every run under ``runs`` into logs/study-runs.tar.gz,
+        checkpoints left out: the finished ones (with a ``result.json``)
+        and the logs of those that failed or were cut short. The names
+        (variant/seed) of the finished runs."""
+        started = sorted(
             osp.dirname(p) for p in glob.glob(
-                osp.join(runs, '**', 'result.json'), recursive=True))
+                osp.join(runs, '**', 'train.out'), recursive=True))
         archive = osp.join(self.logs, 'study-runs.tar.gz')
         with tarfile.open(archive + '.tmp', 'w:gz') as tf:
-            for run in finished:
+            for run in started:
                 for path in glob.glob(osp.join(run, '**', '*'),
                                       recursive=True):
                     if osp.isfile(path) and not path.endswith('.pth'):
                         tf.add(path, osp.relpath(path, runs))
         os.replace(archive + '.tmp', archive)
-        return [osp.relpath(run, runs) for run in finished]
+        return [
+            osp.relpath(run, runs) for run in started
+            if osp.exists(osp.join(run, 'result.json'))
+        ]
 
     def start_tests(self, limit):
         """The whole suite in the background on the build's cores (the

@@ -1,11 +1,14 @@
 """tools/analysis/ablation_study.py: end to end on a tiny setting (one
 variant, two seeds, two iterations each, through the train and test
 tools), and its report on given results."""
+import argparse
 import importlib.util
 import json
 import os.path as osp
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -103,6 +106,46 @@ def test_study_trains_tests_and_reports(tmp_path):
     first, second = report.index('<!-- study:end -->'), report.index(
         '<!-- study-other:begin -->')
     assert first < report.index(notes) < second
+
+
+def test_jobs_train_seed_by_seed_and_a_failure_stops_no_other_run(
+        study, monkeypatch):
+    started, running, most = [], set(), [0]
+    lock = threading.Lock()
+
+    def fake_run(task, variant, seed, args):
+        with lock:
+            started.append((variant, seed))
+            running.add((variant, seed))
+            most[0] = max(most[0], len(running))
+        time.sleep(0.2)
+        with lock:
+            running.discard((variant, seed))
+        if (variant, seed) == ('hgw', 0):
+            raise SystemExit('test.py failed (1)')
+        return dict(variant=variant, seed=seed)
+
+    monkeypatch.setattr(study, 'train_and_test', fake_run)
+    monkeypatch.setattr(study, 'model_options', lambda *a: [])
+    args = argparse.Namespace(tasks=['seg'], variants=['stock', 'hgw'],
+                              seeds=[2, 0, 1], jobs=2)
+    with pytest.raises(SystemExit) as failed:
+        study.run_all(args)
+    assert str(failed.value).startswith('1 of 6 runs failed:')
+    assert 'seg hgw seed 0: SystemExit(\'test.py failed (1)\')' in str(
+        failed.value)
+    # Every run ran, two at a time, each seed's variants before the next
+    # seed's, in the order of --seeds.
+    assert len(started) == 6 and most[0] == 2
+    assert [seed for _, seed in started] == [2, 2, 0, 0, 1, 1]
+    monkeypatch.setattr(study, 'train_and_test',
+                        lambda t, v, s, a: dict(variant=v, seed=s))
+    assert study.run_all(args) == {
+        'seg': {
+            v: [dict(variant=v, seed=s) for s in (2, 0, 1)]
+            for v in ('stock', 'hgw')
+        }
+    }
 
 
 def test_report_pairs_seeds_against_hgw(study, tmp_path):

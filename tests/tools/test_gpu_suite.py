@@ -4,16 +4,20 @@ the dry run's JSON."""
 import importlib.util
 import json
 import math
+import os
 import os.path as osp
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
+from mmhgw.datasets.synthetic import make_isic_lesions
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-DRY_STAGES = 'environment,bench-op,train-unet'
+DRY_STAGES = 'environment,bench-op,train-unet,study'
 
 
 def load(name, path):
@@ -40,11 +44,15 @@ def writer():
 @pytest.fixture(scope='module')
 def dry_run(tmp_path_factory):
     out = tmp_path_factory.mktemp('gpu-suite')
+    data = out / 'lesions'
+    make_isic_lesions(str(data), num_train=2, num_val=1, size=(64, 64))
     done = subprocess.run([
         sys.executable, 'tools/gpu_suite.py',
         str(out / 'out'), '--dry-run', '--stages', DRY_STAGES, '--budget',
         '1200', '--archive',
-        str(out / 'out.tgz')
+        str(out / 'out.tgz'), '--study-jobs', '2', '--study-args',
+        f'--data-root {data} --variants stock hgw --seeds 0 1 --iters 50 '
+        '--cfg-options train_dataloader.batch_size=1'
     ], cwd=ROOT, capture_output=True, text=True)
     with open(out / 'out' / 'gpu_suite.json') as f:
         report = json.load(f)
@@ -67,7 +75,7 @@ def test_dry_run_records_every_stage(dry_run):
                  'train-mask-rcnn'):
         assert stages[name] == dict(status='skipped', reason='not selected')
     # data comes with train-unet, which needs it.
-    for name in ('environment', 'data', 'bench-op', 'train-unet'):
+    for name in ('environment', 'data', 'bench-op', 'train-unet', 'study'):
         assert stages[name]['status'] == 'ok', stages[name]
     assert (out / 'out.tgz').stat().st_size > 0
 
@@ -96,6 +104,56 @@ def test_dry_run_results(dry_run):
         assert (out / 'out' / run['log']).exists()
         assert (out / 'out' / run['scalars']).exists()
     assert train['time_ratio'] > 0
+
+
+def test_dry_run_study_brings_back_its_runs(dry_run, tmp_path):
+    out, _, report = dry_run
+    # The dry run shortens the study to seed 0 and 2 iterations.
+    study = report['stages']['study']
+    assert study['result'] == dict(
+        finished=['seg/hgw/seed0', 'seg/stock/seed0'], report=True)
+    assert '--jobs 2' in study['commands'][0]['command']
+    with tarfile.open(out / 'out.tgz') as tf:
+        names = tf.getnames()
+        assert 'out/logs/study.md' in names
+        tf.extract('out/logs/study-runs.tar.gz', tmp_path, filter='data')
+    with tarfile.open(tmp_path / 'out/logs/study-runs.tar.gz') as tf:
+        runs = tf.getnames()
+    for variant in ('stock', 'hgw'):
+        assert f'seg/{variant}/seed0/result.json' in runs
+        assert f'seg/{variant}/seed0/train.out' in runs
+    assert not [n for n in runs if n.endswith('.pth')]  # no checkpoint
+    study_md = (out / 'out' / 'logs' / 'study.md').read_text()
+    assert '| stock |' in study_md and '| hgw |' in study_md
+
+
+def test_study_logs_come_back_for_runs_that_did_not_finish(suite, tmp_path):
+    s = make_suite(suite, tmp_path)
+    runs = tmp_path / 'runs'
+    done, cut = runs / 'seg' / 'hgw' / 'seed0', runs / 'seg' / 'hgw' / 'seed1'
+    for run in (done, cut):
+        run.mkdir(parents=True)
+        (run / 'train.out').write_text('training\n')
+        (run / 'iter_2.pth').write_bytes(b'0' * 100)
+    (done / 'result.json').write_text('{}')
+    (cut / 'test.out').write_text('Traceback: TypeError\n')
+    os.makedirs(s.logs)
+    assert s.pack_study(str(runs)) == ['seg/hgw/seed0']
+    with tarfile.open(osp.join(s.logs, 'study-runs.tar.gz')) as tf:
+        assert sorted(tf.getnames()) == [
+            'seg/hgw/seed0/result.json', 'seg/hgw/seed0/train.out',
+            'seg/hgw/seed1/test.out', 'seg/hgw/seed1/train.out'
+        ]
+
+
+def test_study_stage_needs_its_args_and_keeps_its_own_paths(suite, tmp_path):
+    s = make_suite(suite, tmp_path, '--stages', 'study')
+    assert not s.stage('study', s.study)
+    assert s.report['stages']['study'] == dict(status='skipped',
+                                               reason='no --study-args')
+    for option in ('--out', '--work-dir=x'):
+        with pytest.raises(SystemExit):
+            make_suite(suite, tmp_path, '--study-args', f'{option} y')
 
 
 def sections(text):

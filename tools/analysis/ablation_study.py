@@ -577,17 +577,23 @@ def run_all(args) -> dict:
             model_options(args, task, variant)
     jobs = [(task, variant, seed) for task in args.tasks for seed in args.seeds
             for variant in args.variants]
+
+    def one(task, variant, seed):
+        try:
+            return train_and_test(task, variant, seed, args)
+        except (Exception, SystemExit) as err:  # said at once, not last
+            print(f'{task} {variant:8s} seed {seed}: failed: {err!r}',
+                  flush=True)
+            raise
+
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {
-            job: pool.submit(train_and_test, *job, args)
-            for job in jobs
-        }
+        futures = {job: pool.submit(one, *job) for job in jobs}
     done, failed = {}, []
     for (task, variant, seed), future in futures.items():
         try:
             done[task, variant, seed] = future.result()
-        except SystemExit as err:
-            failed.append(f'{task} {variant} seed {seed}: {err}')
+        except (Exception, SystemExit) as err:
+            failed.append(f'{task} {variant} seed {seed}: {err!r}')
     if failed:
         raise SystemExit(f'{len(failed)} of {len(jobs)} runs failed:\n' +
                          '\n'.join(failed))
