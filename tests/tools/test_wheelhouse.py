@@ -132,6 +132,18 @@ def test_check_command_line(wh, tmp_path, capsys):
     assert 'missing: no such folder' in capsys.readouterr().err
 
 
+def test_modules_to_import_are_the_importable_top_level_names(wh, tmp_path):
+    path = wheel(tmp_path, 'fast_sort', '1.0', tag='cp312-cp312-linux_x86_64')
+    with zipfile.ZipFile(path, 'a') as zf:
+        for name in ('fast_sort_cli.py', '_private.py',
+                     'fast_sort_ext.cpython-312-x86_64-linux-gnu.so',
+                     '24eba0d76380778f559b__mypyc.cpython-312-x86_64-'
+                     'linux-gnu.so', 'fast_sort.libs/libz.so'):
+            zf.writestr(name, '')
+    assert wh.top_level_modules(wh.Dist(
+        str(path))) == ['fast_sort', 'fast_sort_cli', 'fast_sort_ext']
+
+
 def test_egg_info_requires(wh):
     reqs = wh.egg_info_requires('a\nb>=2\n\n[:sys_platform == "win32"]\nc\n'
                                 '\n[tests]\nd\n\n[all:python_version<"3"]\n'

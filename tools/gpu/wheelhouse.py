@@ -277,7 +277,10 @@ def top_level_modules(dist):
             modules.add(n[:-3])
         elif '/' not in n and n.endswith('.so'):
             modules.add(n.split('.')[0])
-    return sorted(m for m in modules if not m.startswith('_'))
+    # A name that is no identifier (mypyc's helper ``<hash>__mypyc``, say)
+    # is loaded by its package, never by an import statement.
+    return sorted(m for m in modules
+                  if not m.startswith('_') and m.isidentifier())
 
 
 def import_check(dest, python, image):
