@@ -47,12 +47,13 @@ study                tools/analysis/ablation_study.py with ``--study-args``
                      (its variants, seeds, family, data root, schedule),
                      ``--study-jobs`` runs at a time sharing the GPU, for
                      the rest of the budget; only with ``--study-args``.
-                     Every finished run's results and logs (not its
-                     checkpoint) go into OUT/logs/study-runs.tar.gz, in the
+                     Every run's results and logs (not its checkpoint), and
+                     the logs of runs that failed or that the budget cut
+                     short, go into OUT/logs/study-runs.tar.gz, in the
                      layout of the tool's ``--work-dir``, so that the tool
-                     pointed at them where they are unpacked writes the
-                     report without training again; runs the budget cut
-                     short are left out
+                     given them where they are unpacked (same options, the
+                     data at the same path) writes the report without
+                     training again
 
 The stages from data to train-deeplabv3plus need no mmcv op, but mmdet and
 mmseg import them all: until the build is done they run against mmcv's
