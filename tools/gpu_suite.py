@@ -5,7 +5,7 @@ Each stage has its own time limit; every result goes into one folder.
     python3 tools/gpu_suite.py OUT [--wheelhouse wheelhouse]
         [--work /tmp/mmhgw-gpu] [--budget 540] [--stages A,B] [--skip A,B]
         [--train-iters 300] [--det-iters 100] [--archive FILE] [--dry-run]
-        [--study-args "ARGS"] [--study-jobs 8]
+        [--study-args "ARGS"] [--study-jobs 8] [--study-runs FILE]
 
 Made for a machine with no network whose Python already has a CUDA torch,
 Triton, numpy, OpenCV and scipy (tools/gpu/image_packages.txt): everything
@@ -53,7 +53,10 @@ study                tools/analysis/ablation_study.py with ``--study-args``
                      layout of the tool's ``--work-dir``, so that the tool
                      given them where they are unpacked (same options, the
                      data at the same path) writes the report without
-                     training again
+                     training again. ``--study-runs`` unpacks such an
+                     archive from an earlier machine into the study's
+                     folder first, so that its finished runs are reused
+                     and a study can span several device sessions
 
 The stages from data to train-deeplabv3plus need no mmcv op, but mmdet and
 mmseg import them all: until the build is done they run against mmcv's
@@ -383,6 +386,16 @@ def tail(path, chars=3000):
             return f.read()[-chars:]
     except OSError:
         return ''
+
+
+def unpack_study_runs(archive, runs):
+    """The runs of a ``study-runs.tar.gz`` (from an earlier machine) into
+    the study folder ``runs``, over what is there: the study reuses the
+    finished ones and trains the rest. Members that would land outside
+    ``runs`` (absolute paths, ``..``, links) are refused."""
+    os.makedirs(runs, exist_ok=True)
+    with tarfile.open(archive) as tf:
+        tf.extractall(runs, filter='data')
 
 
 class Stop(Exception):
@@ -1021,6 +1034,8 @@ class Suite:
 
     def study(self, limit):
         runs = osp.join(self.work, 'study', 'runs')
+        if self.args.study_runs:
+            unpack_study_runs(self.args.study_runs, runs)
         cmd = [
             self.python, 'tools/analysis/ablation_study.py',
             *shlex.split(self.args.study_args), '--jobs',
@@ -1245,7 +1260,13 @@ def parse_args(argv=None):
         '--image and --jobs are the suite\'s)')
     parser.add_argument('--study-jobs', type=int, default=8,
                         help='runs of the study trained at a time')
+    parser.add_argument(
+        '--study-runs', metavar='FILE',
+        help='a study-runs.tar.gz of an earlier run, unpacked into the '
+        'study\'s folder first: its finished runs are reused')
     args = parser.parse_args(argv)
+    if args.study_runs and not osp.isfile(args.study_runs):
+        parser.error(f'--study-runs {args.study_runs}: no such file')
     if args.study_args:
         owned = {'--work-dir', '--out', '--image', '--jobs'} & {
             a.split('=', 1)[0]

@@ -2,6 +2,7 @@
 its stage bookkeeping and result parsers; bench/write_gpu_benchmarks.py on
 the dry run's JSON."""
 import importlib.util
+import io
 import json
 import math
 import os
@@ -142,6 +143,32 @@ def test_study_logs_come_back_for_runs_that_did_not_finish(suite, tmp_path):
             'seg/hgw/seed0/result.json', 'seg/hgw/seed0/train.out',
             'seg/hgw/seed1/test.out', 'seg/hgw/seed1/train.out'
         ]
+
+
+def test_study_runs_of_an_earlier_machine_are_unpacked_for_reuse(
+        suite, tmp_path):
+    s = make_suite(suite, tmp_path)
+    earlier = tmp_path / 'earlier'
+    (earlier / 'seg' / 'stock' / 'seed0').mkdir(parents=True)
+    (earlier / 'seg' / 'stock' / 'seed0' / 'result.json').write_text('{}')
+    (earlier / 'seg' / 'stock' / 'seed0' / 'train.out').write_text('done')
+    os.makedirs(s.logs)
+    s.pack_study(str(earlier))
+    archive = osp.join(s.logs, 'study-runs.tar.gz')
+    runs = tmp_path / 'machine' / 'runs'
+    suite.unpack_study_runs(archive, str(runs))
+    assert (runs / 'seg' / 'stock' / 'seed0' / 'result.json').read_text() \
+        == '{}'
+    # What would land outside the study's folder is refused.
+    evil = tmp_path / 'evil.tar.gz'
+    with tarfile.open(evil, 'w:gz') as tf:
+        info = tarfile.TarInfo('../outside.json')
+        tf.addfile(info, io.BytesIO(b''))
+    with pytest.raises(tarfile.TarError):
+        suite.unpack_study_runs(str(evil), str(runs))
+    assert not (tmp_path / 'machine' / 'outside.json').exists()
+    with pytest.raises(SystemExit):
+        make_suite(suite, tmp_path, '--study-runs', str(tmp_path / 'no.tgz'))
 
 
 def test_study_stage_needs_its_args_and_keeps_its_own_paths(suite, tmp_path):
