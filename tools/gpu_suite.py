@@ -1265,13 +1265,19 @@ def parse_args(argv=None):
         help='a study-runs.tar.gz of an earlier run, unpacked into the '
         'study\'s folder first: its finished runs are reused')
     args = parser.parse_args(argv)
+    if args.study_runs and not args.study_args:
+        parser.error('--study-runs needs --study-args (the study to reuse '
+                     'its runs in)')
     if args.study_runs and not osp.isfile(args.study_runs):
         parser.error(f'--study-runs {args.study_runs}: no such file')
     if args.study_args:
-        owned = {'--work-dir', '--out', '--image', '--jobs'} & {
-            a.split('=', 1)[0]
-            for a in shlex.split(args.study_args)
-        }
+        try:
+            words = shlex.split(args.study_args)
+        except ValueError as err:
+            parser.error(f'--study-args {args.study_args!r}: {err}')
+        owned = {'--work-dir', '--out', '--image', '--jobs'
+                 } & {a.split('=', 1)[0]
+                      for a in words}
         if owned:
             parser.error(f'--study-args: {", ".join(sorted(owned))} '
                          f'belong to the suite')

@@ -168,7 +168,8 @@ def test_study_runs_of_an_earlier_machine_are_unpacked_for_reuse(
         suite.unpack_study_runs(str(evil), str(runs))
     assert not (tmp_path / 'machine' / 'outside.json').exists()
     with pytest.raises(SystemExit):
-        make_suite(suite, tmp_path, '--study-runs', str(tmp_path / 'no.tgz'))
+        make_suite(suite, tmp_path, '--study-args', '--seeds 0',
+                   '--study-runs', str(tmp_path / 'no.tgz'))
 
 
 def test_study_stage_needs_its_args_and_keeps_its_own_paths(suite, tmp_path):
@@ -179,6 +180,17 @@ def test_study_stage_needs_its_args_and_keeps_its_own_paths(suite, tmp_path):
     for option in ('--out', '--work-dir=x'):
         with pytest.raises(SystemExit):
             make_suite(suite, tmp_path, '--study-args', f'{option} y')
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--study-args', '--seeds "0'], '--study-args .*No closing quotation'),
+    (['--study-runs', __file__], '--study-runs needs --study-args'),
+])
+def test_study_options_are_checked(suite, tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as done:
+        make_suite(suite, tmp_path, *argv)
+    assert done.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
 
 
 def sections(text):
