@@ -5,7 +5,8 @@ import json
 import pytest
 import torch
 
-from tools.analysis.arrangement_probe import (main, probe_network, report,
+from tools.analysis.arrangement_probe import (grid_report, main,
+                                              probe_network, report,
                                               rotation_report)
 
 SMALL = [
@@ -152,6 +153,80 @@ def test_rotation_report_pairs_the_drops_by_seed():
     assert '| drop, hgw minus stock |  | -20.00 [' in text
 
 
+def test_grid_runs_score_every_test_range_and_report_the_grid(
+        tmp_path, capsys):
+    files = []
+    for width in (0, 30):
+        files.append(str(tmp_path / f'w{width}.json'))
+        main(SMALL + [
+            '--variants', 'stock', 'hgw', '--seeds', '0', '1',
+            '--train-angles', f'-{width}', f'{width}', '--test-ranges', '0',
+            '30', '180', '--json', files[-1]
+        ])
+        for run in json.loads(open(files[-1]).read())['runs']:
+            assert sorted(run['range_accuracy']) == ['0', '180', '30']
+            # The test range of the training range is the plain test set.
+            assert run['range_accuracy'][str(width)] == run['test_accuracy']
+    capsys.readouterr()
+    main(['--grid'] + files + ['--image', str(tmp_path / 'grid.png')])
+    assert (tmp_path / 'grid.png').stat().st_size > 0
+    text = capsys.readouterr().out
+    assert ('| variant, trained at | tested ±0° | tested ±30° | '
+            'tested ±180° |') in text
+    assert '| hgw, ±30° |' in text and '| hgw minus stock |' in text
+    assert 'uniform' not in text
+
+
+def test_grid_refuses_what_is_no_grid(tmp_path):
+
+    def write(name, train, tests=(0, 30), seeds=(0, ), **extra):
+        args = dict(train_angles=list(train), test_ranges=list(tests),
+                    seeds=list(seeds), **extra)
+        runs = [dict(variant='hgw', seed=s, range_accuracy={}) for s in seeds]
+        (tmp_path / name).write_text(json.dumps(dict(args=args, runs=runs)))
+        return str(tmp_path / name)
+
+    a = write('a.json', (0, 0))
+    with pytest.raises(SystemExit, match='trains at ranges'):
+        main(['--grid', a, write('b.json', (0, 30))])
+    with pytest.raises(SystemExit, match=r'was not scored there'):
+        main(['--grid', a, write('c.json', (-60, 60))])
+    with pytest.raises(SystemExit, match=r"differ in \['steps'\]"):
+        main(['--grid', a, write('d.json', (-30, 30), steps=7)])
+    with pytest.raises(SystemExit, match='hgw seed 0 is in both'):
+        main(['--grid', a, write('e.json', (0, 0))])
+    with pytest.raises(SystemExit, match='f.json is not a run file'):
+        (tmp_path / 'f.json').write_text('{}')
+        main(['--grid', a, str(tmp_path / 'f.json')])
+
+
+def test_grid_report_pairs_the_scores_by_seed():
+
+    def run(variant, seed, **accuracy):
+        return dict(variant=variant, seed=seed, range_accuracy={
+            k[1:]: v
+            for k, v in accuracy.items()
+        })
+
+    by_width = {
+        0: [run('hgw', 0, w0=1.0, w90=0.6), run('hgw', 1, w0=1.0, w90=0.8),
+            run('stock', 0, w0=1.0, w90=0.5), run('stock', 1, w0=0.9,
+                                                  w90=0.5)],
+        90: [run('hgw', 0, w0=0.9, w90=0.9), run('hgw', 1, w0=0.9, w90=0.9),
+             run('stock', 0, w0=0.8, w90=0.8), run('stock', 1, w0=0.8,
+                                                   w90=0.8),
+             run('stock', 2, w0=0.8, w90=0.8)]  # seed 2: one range only
+    }
+    text = grid_report(by_width, [0, 90], ['stock', 'hgw'])
+    assert '| hgw, ±0° | 100.0 ± 0.0 | 70.0 ± 14.1 |' in text
+    # Grid means: hgw 85, 90; stock 77.5, 75. Drops (only ±0 has a wider
+    # range): hgw 40, 20; stock 50, 40.
+    assert '| hgw | 87.5 ± 3.5 | 30.0 ± 14.1 | 2 |' in text
+    assert '| stock | 76.2 ± 1.8 | 45.0 ± 7.1 | 2 |' in text
+    assert '| hgw minus stock | +11.25 [' in text
+    assert '| -15.00 [' in text
+
+
 @pytest.mark.parametrize('args,message', [
     (['--types', '3'], '--types (3) must divide --channels (8)'),
     (['--layer-cfg', 'routing=hgw'], "--layer-cfg cannot set ['routing']"),
@@ -161,6 +236,8 @@ def test_rotation_report_pairs_the_drops_by_seed():
     (['--train-angles', '10', '0'], '--train-angles: angles must be finite'),
     (['--test-rotations', 'inf'], '--test-rotations must be finite'),
     (['--image', 'x.png'], '--image charts accuracy against the rotation'),
+    (['--test-ranges', '-5'], '--test-ranges must be finite half-widths'),
+    (['--pool', 'a.json', '--grid', 'b.json'], '--pool and --grid are two'),
     (['--capsule-layers', '4'], '--capsule-layers must be 1 to 3, got 4'),
     (['--capsule-layers', '3', '--types', '8'
       ], '--types (8) must divide half of --channels (4)'),

@@ -31,9 +31,20 @@ offset and the paired differences of the drop from offset 0.
         [--test 2000] [--size 32] [--channels 64] [--types 16]
         [--layer-cfg key=value ...] [--capsule-layers 1]
         [--train-angles 0 360]
-        [--test-rotations 0 45 90] [--image FILE] [--threads 1] [--json FILE]
+        [--test-rotations 0 45 90] [--test-ranges 0 30 180]
+        [--image FILE] [--threads 1] [--json FILE]
     python tools/analysis/arrangement_probe.py --pool A.json B.json
         [--image FILE]
+    python tools/analysis/arrangement_probe.py --grid A.json B.json ...
+        [--image FILE]
+
+The paper's train-and-test grid: ``--test-ranges`` also scores each model
+on the test patches drawn with their rotation in ``[-W, W]`` for each
+half-width ``W``; run once per training range ``--train-angles -W W``
+(each with the same ``--test-ranges``, which hold ``W``), then ``--grid``
+reports accuracy per training and test range, and per pair of variants the
+paired differences of the mean over the grid and of the drop from a
+model's own range to the wider test ranges.
 
 ``--pool`` reports the runs of earlier ``--json`` files together (seed
 ranges run in separate processes), without training; their settings must
@@ -120,12 +131,14 @@ def accuracy(model, x, y, batch=256) -> float:
 
 
 def train_probe(variant, seed, data, steps, batch, network: dict,
-                rotated=None) -> dict:
+                rotated=None, ranged=None) -> dict:
     """Train one probe (``network``: :func:`probe_network`'s arguments
     but the variant); its test accuracy (also with its BN statistics
     recomputed over the training patches, ``recompute_bn_statistics``),
     last losses and seconds; with ``rotated`` (``{offset: (x, y)}``, the
-    test set turned by each offset), ``rotated_accuracy`` per offset."""
+    test set turned by each offset), ``rotated_accuracy`` per offset; with
+    ``ranged`` (``{half_width: (x, y)}``, test sets drawn at rotations in
+    ``[-W, W]``), ``range_accuracy`` per half-width."""
     from mmhgw.engine.hooks import HGWBetaWarmupHook, recompute_bn_statistics
     (x_train, y_train), (x_test, y_test) = data
     torch.manual_seed(seed)
@@ -166,6 +179,9 @@ def train_probe(variant, seed, data, steps, batch, network: dict,
         train_accuracy=accuracy(model, x_train, y_train), rotated_accuracy={
             offset_key(offset): accuracy(model, x, y)
             for offset, (x, y) in (rotated or {}).items()
+        }, range_accuracy={
+            offset_key(width): accuracy(model, x, y)
+            for width, (x, y) in (ranged or {}).items()
         }, final_loss=statistics.fmean(tail),
         seconds=time.perf_counter() - start)
 
@@ -284,12 +300,13 @@ def rotation_report(runs, variants, offsets) -> str:
 PER_PROCESS = ('seeds', 'variants', 'threads', 'json', 'pool', 'image')
 
 
-def pooled_runs(paths, defaults=None):
+def pooled_runs(paths, defaults=None, option='--pool'):
     """The runs of several ``--json`` files and their shared settings, for
     one report; an option a file does not record (written before the option
     existed) counts as its value in ``defaults``. Files whose settings
     differ (beyond :data:`PER_PROCESS`), or that hold the same variant and
-    seed twice, are refused: pooling them would mix two experiments."""
+    seed twice, are refused: pooling them would mix two experiments.
+    ``option`` names the command line's option in the messages."""
     runs, settings, seen = [], None, {}
     for path in paths:
         try:
@@ -302,23 +319,163 @@ def pooled_runs(paths, defaults=None):
             }
             file_runs = saved['runs']
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ValueError(f'--pool: {path} is not a run file of this '
+            raise ValueError(f'{option}: {path} is not a run file of this '
                              f'tool ({err})') from None
         if settings is None:
             settings, first = these, path
         elif these != settings:
             differ = sorted(k for k in set(these) | set(settings)
                             if these.get(k) != settings.get(k))
-            raise ValueError(f'--pool: {path} and {first} differ in '
+            raise ValueError(f'{option}: {path} and {first} differ in '
                              f'{differ}; only runs of one setting pool')
         for run in file_runs:
             key = (run['variant'], run['seed'])
             if key in seen:
-                raise ValueError(f'--pool: {key[0]} seed {key[1]} is in both '
-                                 f'{seen[key]} and {path}')
+                raise ValueError(f'{option}: {key[0]} seed {key[1]} is in '
+                                 f'both {seen[key]} and {path}')
             seen[key] = path
             runs.append(run)
     return runs, settings
+
+
+def range_accuracy(run: dict, width: float) -> float:
+    """A run's test accuracy (%) on the test patches drawn at rotations in
+    ``[-width, width]`` degrees (``--test-ranges``)."""
+    return 100 * run['range_accuracy'][offset_key(width)]
+
+
+def grid_runs(paths, defaults=None):
+    """The runs of ``--json`` files for the train-and-test grid, by
+    training half-width: ``({W: runs}, test_widths)``. Each file trained at
+    a symmetric range ``[-W, W]`` and was scored on the same
+    ``--test-ranges``, which hold ``W``; the files of one ``W`` pool as
+    :func:`pooled_runs` does. Anything else is refused, naming the file."""
+    groups = {}
+    for path in paths:
+        try:
+            with open(path) as f:
+                low, high = json.load(f)['args']['train_angles']
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ValueError(f'--grid: {path} is not a run file of this '
+                             f'tool ({err})') from None
+        if low != -high:
+            raise ValueError(f'--grid: {path} trained at [{low:g}, {high:g}] '
+                             f'degrees; the grid trains at ranges [-W, W]')
+        groups.setdefault(high, []).append(path)
+    runs, shared = {}, None
+    for width, files in sorted(groups.items()):
+        runs[width], settings = pooled_runs(files, defaults, '--grid')
+        settings = {k: v for k, v in settings.items() if k != 'train_angles'}
+        tests = settings.get('test_ranges') or []
+        if width not in tests:
+            raise ValueError(f'--grid: {files[0]} trained at [-{width:g}, '
+                             f'{width:g}] degrees but was not scored there '
+                             f'(--test-ranges {tests})')
+        if shared is None:
+            shared, first = settings, files[0]
+        elif settings != shared:
+            differ = sorted(k for k in set(settings) | set(shared)
+                            if settings.get(k) != shared.get(k))
+            raise ValueError(f'--grid: {files[0]} and {first} differ in '
+                             f'{differ}; a grid varies the training range '
+                             f'only')
+    return runs, sorted(set(shared['test_ranges']))
+
+
+def grid_scores(run_of_width: dict, tests) -> tuple:
+    """One seed's two grid scores from its run at each training half-width
+    (``{W: run}``): the mean accuracy over every cell, and the mean drop
+    from a model's own range to each wider test range (``acc(W, W) -
+    acc(W, W')`` for ``W' > W``; None when no test range is wider)."""
+    cells, drops = [], []
+    for width, run in run_of_width.items():
+        own = range_accuracy(run, width)
+        for test in tests:
+            cells.append(range_accuracy(run, test))
+            if test > width:
+                drops.append(own - range_accuracy(run, test))
+    return (statistics.fmean(cells),
+            statistics.fmean(drops) if drops else None)
+
+
+def grid_report(runs_by_width: dict, tests, variants) -> str:
+    """Markdown: test accuracy per variant, training range and test range
+    (mean ± std over seeds); then per variant and per pair of variants the
+    two scores of :func:`grid_scores`, the pairs' as paired differences
+    over the seeds run at every training range by both."""
+    widths = sorted(runs_by_width)
+    by = {(v, w): {r['seed']: r
+                   for r in runs_by_width[w] if r['variant'] == v}
+          for v in variants for w in widths}
+    lines = [
+        '| variant, trained at | ' +
+        ' | '.join(f'tested ±{t:g}°' for t in tests) + ' |',
+        '|---|' + '---|' * len(tests)
+    ]
+    for v in variants:
+        for w in widths:
+            if not by[v, w]:
+                continue
+            cells = []
+            for t in tests:
+                mean, std = mean_std(
+                    [range_accuracy(r, t) for r in by[v, w].values()])
+                cells.append(f'{mean:.1f} ± {std:.1f}')
+            lines.append(f'| {v}, ±{w:g}° | ' + ' | '.join(cells) + ' |')
+
+    def complete(v):  # seeds run at every training range
+        return set.intersection(*(set(by[v, w]) for w in widths))
+
+    def scores(v, seed):
+        return grid_scores({w: by[v, w][seed] for w in widths}, tests)
+
+    lines += [
+        '', '| over the seeds run at every training range | mean over the '
+        'grid (%) | drop to the wider test ranges (points) | seeds |',
+        '|---|---|---|---|'
+    ]
+    for v in variants:
+        seeds = sorted(complete(v))
+        if not seeds:
+            continue
+        columns = list(zip(*(scores(v, s) for s in seeds)))
+        cells = []
+        for values in columns:
+            mean, std = mean_std(values)
+            cells.append('n/a' if mean is None else f'{mean:.1f} ± {std:.1f}')
+        lines.append(f'| {v} | ' + ' | '.join(cells) + f' | {len(seeds)} |')
+    for a, b in (('hgw', 'uniform'), ('hgw', 'stock'), ('uniform', 'stock')):
+        if a not in variants or b not in variants:
+            continue
+        seeds = sorted(complete(a) & complete(b))
+        if not seeds:
+            continue
+        pairs = [(scores(a, s), scores(b, s)) for s in seeds]
+        cells = [fmt_interval([x[i] - y[i] for x, y in pairs])
+                 if pairs[0][0][i] is not None else 'n/a' for i in (0, 1)]
+        lines.append(f'| {a} minus {b} | ' + ' | '.join(cells) +
+                     f' | {len(seeds)} |')
+    return '\n'.join(lines)
+
+
+def plot_grid(runs_by_width: dict, tests, variants, path: str):
+    """Chart of each variant's mean accuracy over the test ranges against
+    its training range (mean and one std over seeds)."""
+    from mmhgw.analysis.plots import plot_sweep
+    stats = {}
+    for v in variants:
+        stats[v] = {}
+        for w, runs in sorted(runs_by_width.items()):
+            mine = [r for r in runs if r['variant'] == v]
+            if mine:
+                mean, std = mean_std([
+                    statistics.fmean(range_accuracy(r, t) for t in tests)
+                    for r in mine
+                ])
+                stats[v][w] = dict(mean=mean, std=std)
+    plot_sweep({v: s for v, s in stats.items() if s},
+               'training range ±W (degrees)',
+               'mean test accuracy over the test ranges (%)', path)
 
 
 def print_reports(runs, variants, rotations, image=None):
@@ -375,15 +532,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar='DEGREES',
         help='also score every model on the test patches with each object '
         'turned by these offsets more (0: the plain test set)')
+    parser.add_argument(
+        '--test-ranges', nargs='+', type=float, default=[],
+        metavar='W',
+        help='also score every model on test patches drawn with their '
+        'rotation in [-W, W] degrees, for each W (the paper\'s grid)')
     parser.add_argument('--threads', type=int,
                         help='torch threads (default: torch\'s)')
     parser.add_argument('--json', help='also write the runs here')
     parser.add_argument(
-        '--image', help='chart of accuracy against the rotation offset '
-        '(PNG), with --test-rotations')
+        '--image', help='chart (PNG) of accuracy against the rotation offset '
+        'with --test-rotations, or with --grid of each variant\'s mean '
+        'over the test ranges against its training range')
     parser.add_argument(
         '--pool', nargs='+', metavar='JSON',
         help='report the runs of these --json files together and train '
+        'nothing (every other option but --image is then unused)')
+    parser.add_argument(
+        '--grid', nargs='+', metavar='JSON',
+        help='report the train-and-test grid of these --json files (one '
+        'training range [-W, W] or more, the same --test-ranges) and train '
         'nothing (every other option but --image is then unused)')
     return parser
 
@@ -423,7 +591,13 @@ def parse_args(argv=None):
         angle_range(args.train_angles)
     except ValueError as err:
         parser.error(f'--train-angles: {err}')
-    if args.image and not args.pool and not any(args.test_rotations):
+    if args.pool and args.grid:
+        parser.error('--pool and --grid are two reports: give one')
+    if not all(math.isfinite(w) and w >= 0 for w in args.test_ranges):
+        parser.error(f'--test-ranges must be finite half-widths >= 0, got '
+                     f'{args.test_ranges}')
+    if (args.image and not args.pool and not args.grid
+            and not any(args.test_rotations)):
         parser.error('--image charts accuracy against the rotation: it '
                      'needs --test-rotations with a non-zero offset')
     if not all(math.isfinite(o) for o in args.test_rotations):
@@ -451,12 +625,24 @@ def main(argv=None):
                       list(dict.fromkeys(settings.get('test_rotations', [0]))),
                       args.image)
         return
+    if args.grid:
+        try:
+            by_width, tests = grid_runs(args.grid,
+                                        vars(build_parser().parse_args([])))
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
+        ran = {r['variant'] for runs in by_width.values() for r in runs}
+        variants = [v for v in VARIANTS if v in ran]
+        print(grid_report(by_width, tests, variants))
+        if args.image:
+            plot_grid(by_width, tests, variants, args.image)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     size = (args.size, args.size)
 
-    def patches(count, data_seed, offset=0.0):
-        low, high = (a + offset for a in args.train_angles)
+    def patches(count, data_seed, offset=0.0, angles=None):
+        low, high = (a + offset for a in angles or args.train_angles)
         images, labels = make_arrangement_patches(count, size, data_seed,
                                                   angles=(low, high))
         return as_tensor(images), torch.from_numpy(labels)
@@ -466,11 +652,15 @@ def main(argv=None):
         offset: patches(args.test, 1, offset)
         for offset in dict.fromkeys(args.test_rotations) if offset != 0
     }
+    ranged = {
+        width: patches(args.test, 1, angles=(-width, width))
+        for width in dict.fromkeys(args.test_ranges)
+    }
     runs = []
     for seed in args.seeds:
         for variant in args.variants:
             run = train_probe(variant, seed, data, args.steps, args.batch,
-                              network_args(args), rotated)
+                              network_args(args), rotated, ranged)
             print(
                 f'{variant} seed {seed}: test accuracy '
                 f'{100 * run["test_accuracy"]:.2f}% ({run["seconds"]:.0f} '
