@@ -609,14 +609,20 @@ def parse_args(argv=None):
     return args
 
 
+def read_saved(reader, paths):
+    """``reader(paths, defaults)`` (:func:`pooled_runs`, :func:`grid_runs`)
+    with the tool's defaults for options a file does not record; a file it
+    refuses ends the tool with the reason."""
+    try:
+        return reader(paths, vars(build_parser().parse_args([])))
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.pool:
-        try:
-            runs, settings = pooled_runs(args.pool,
-                                         vars(build_parser().parse_args([])))
-        except ValueError as err:
-            raise SystemExit(str(err)) from None
+        runs, settings = read_saved(pooled_runs, args.pool)
         ran = {r['variant'] for r in runs}
         if args.image and not any(settings.get('test_rotations', [0])):
             raise SystemExit('--image: the pooled runs were not tested '
@@ -626,11 +632,7 @@ def main(argv=None):
                       args.image)
         return
     if args.grid:
-        try:
-            by_width, tests = grid_runs(args.grid,
-                                        vars(build_parser().parse_args([])))
-        except ValueError as err:
-            raise SystemExit(str(err)) from None
+        by_width, tests = read_saved(grid_runs, args.grid)
         ran = {r['variant'] for runs in by_width.values() for r in runs}
         variants = [v for v in VARIANTS if v in ran]
         print(grid_report(by_width, tests, variants))
