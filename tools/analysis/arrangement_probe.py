@@ -475,7 +475,7 @@ def plot_grid(runs_by_width: dict, tests, variants, path: str):
                 stats[v][w] = dict(mean=mean, std=std)
     plot_sweep({v: s for v, s in stats.items() if s},
                'training range ±W (degrees)',
-               'mean test accuracy over the test ranges (%)', path)
+               'accuracy, mean over the test ranges (%)', path)
 
 
 def print_reports(runs, variants, rotations, image=None):
