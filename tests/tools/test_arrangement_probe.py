@@ -5,9 +5,8 @@ import json
 import pytest
 import torch
 
-from tools.analysis.arrangement_probe import (grid_report, main,
-                                              probe_network, report,
-                                              rotation_report)
+from tools.analysis.arrangement_probe import (grid_report, main, probe_network,
+                                              report, rotation_report)
 
 SMALL = [
     '--steps', '2', '--batch', '4', '--train', '8', '--test', '6', '--size',
@@ -203,19 +202,24 @@ def test_grid_refuses_what_is_no_grid(tmp_path):
 def test_grid_report_pairs_the_scores_by_seed():
 
     def run(variant, seed, **accuracy):
-        return dict(variant=variant, seed=seed, range_accuracy={
-            k[1:]: v
-            for k, v in accuracy.items()
-        })
+        return dict(variant=variant, seed=seed,
+                    range_accuracy={k[1:]: v
+                                    for k, v in accuracy.items()})
 
     by_width = {
-        0: [run('hgw', 0, w0=1.0, w90=0.6), run('hgw', 1, w0=1.0, w90=0.8),
-            run('stock', 0, w0=1.0, w90=0.5), run('stock', 1, w0=0.9,
-                                                  w90=0.5)],
-        90: [run('hgw', 0, w0=0.9, w90=0.9), run('hgw', 1, w0=0.9, w90=0.9),
-             run('stock', 0, w0=0.8, w90=0.8), run('stock', 1, w0=0.8,
-                                                   w90=0.8),
-             run('stock', 2, w0=0.8, w90=0.8)]  # seed 2: one range only
+        0: [
+            run('hgw', 0, w0=1.0, w90=0.6),
+            run('hgw', 1, w0=1.0, w90=0.8),
+            run('stock', 0, w0=1.0, w90=0.5),
+            run('stock', 1, w0=0.9, w90=0.5)
+        ],
+        90: [
+            run('hgw', 0, w0=0.9, w90=0.9),
+            run('hgw', 1, w0=0.9, w90=0.9),
+            run('stock', 0, w0=0.8, w90=0.8),
+            run('stock', 1, w0=0.8, w90=0.8),
+            run('stock', 2, w0=0.8, w90=0.8)  # seed 2: one range only
+        ]
     }
     text = grid_report(by_width, [0, 90], ['stock', 'hgw'])
     assert '| hgw, ±0° | 100.0 ± 0.0 | 70.0 ± 14.1 |' in text

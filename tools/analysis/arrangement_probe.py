@@ -130,8 +130,8 @@ def accuracy(model, x, y, batch=256) -> float:
     return float(hits) / len(x)
 
 
-def train_probe(variant, seed, data, steps, batch, network: dict,
-                rotated=None, ranged=None) -> dict:
+def train_probe(variant, seed, data, steps, batch, network: dict, rotated=None,
+                ranged=None) -> dict:
     """Train one probe (``network``: :func:`probe_network`'s arguments
     but the variant); its test accuracy (also with its BN statistics
     recomputed over the training patches, ``recompute_bn_statistics``),
@@ -404,12 +404,15 @@ def grid_report(runs_by_width: dict, tests, variants) -> str:
     two scores of :func:`grid_scores`, the pairs' as paired differences
     over the seeds run at every training range by both."""
     widths = sorted(runs_by_width)
-    by = {(v, w): {r['seed']: r
-                   for r in runs_by_width[w] if r['variant'] == v}
-          for v in variants for w in widths}
+    by = {
+        (v, w): {r['seed']: r
+                 for r in runs_by_width[w] if r['variant'] == v}
+        for v in variants
+        for w in widths
+    }
     lines = [
-        '| variant, trained at | ' +
-        ' | '.join(f'tested ±{t:g}°' for t in tests) + ' |',
+        '| variant, trained at | ' + ' | '.join(f'tested ±{t:g}°'
+                                                for t in tests) + ' |',
         '|---|' + '---|' * len(tests)
     ]
     for v in variants:
@@ -451,8 +454,10 @@ def grid_report(runs_by_width: dict, tests, variants) -> str:
         if not seeds:
             continue
         pairs = [(scores(a, s), scores(b, s)) for s in seeds]
-        cells = [fmt_interval([x[i] - y[i] for x, y in pairs])
-                 if pairs[0][0][i] is not None else 'n/a' for i in (0, 1)]
+        cells = [
+            fmt_interval([x[i] - y[i] for x, y in pairs])
+            if pairs[0][0][i] is not None else 'n/a' for i in (0, 1)
+        ]
         lines.append(f'| {a} minus {b} | ' + ' | '.join(cells) +
                      f' | {len(seeds)} |')
     return '\n'.join(lines)
@@ -473,8 +478,8 @@ def plot_grid(runs_by_width: dict, tests, variants, path: str):
                     for r in mine
                 ])
                 stats[v][w] = dict(mean=mean, std=std)
-    plot_sweep({v: s for v, s in stats.items() if s},
-               'training range ±W (degrees)',
+    plot_sweep({v: s
+                for v, s in stats.items() if s}, 'training range ±W (degrees)',
                'accuracy, mean over the test ranges (%)', path)
 
 
@@ -533,8 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
         help='also score every model on the test patches with each object '
         'turned by these offsets more (0: the plain test set)')
     parser.add_argument(
-        '--test-ranges', nargs='+', type=float, default=[],
-        metavar='W',
+        '--test-ranges', nargs='+', type=float, default=[], metavar='W',
         help='also score every model on test patches drawn with their '
         'rotation in [-W, W] degrees, for each W (the paper\'s grid)')
     parser.add_argument('--threads', type=int,
