@@ -300,34 +300,45 @@ def rotation_report(runs, variants, offsets) -> str:
 PER_PROCESS = ('seeds', 'variants', 'threads', 'json', 'pool', 'image')
 
 
-def pooled_runs(paths, defaults=None, option='--pool'):
-    """The runs of several ``--json`` files and their shared settings, for
-    one report; an option a file does not record (written before the option
-    existed) counts as its value in ``defaults``. Files whose settings
-    differ (beyond :data:`PER_PROCESS`), or that hold the same variant and
-    seed twice, are refused: pooling them would mix two experiments.
-    ``option`` names the command line's option in the messages."""
+def load_run_file(path, defaults=None, option='--pool'):
+    """One ``--json`` file: ``(settings, runs)``, its settings without
+    :data:`PER_PROCESS`; an option the file does not record (written before
+    the option existed) counts as its value in ``defaults``. A file that is
+    no run file of this tool is refused, named under ``option``."""
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        settings = {
+            k: v
+            for k, v in {**(defaults or {}), **saved['args']}.items()
+            if k not in PER_PROCESS
+        }
+        return settings, list(saved['runs'])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f'{option}: {path} is not a run file of this '
+                         f'tool ({err})') from None
+
+
+def differing(these: dict, those: dict) -> list:
+    """The settings whose values differ between two files, sorted."""
+    return sorted(k for k in set(these) | set(those)
+                  if these.get(k) != those.get(k))
+
+
+def pool_files(files, option='--pool'):
+    """The runs of loaded files (``[(path, settings, runs)]``, as
+    :func:`load_run_file` gives) and their shared settings, for one report.
+    Files whose settings differ, or that hold the same variant and seed
+    twice, are refused: pooling them would mix two experiments. ``option``
+    names the command line's option in the messages."""
     runs, settings, seen = [], None, {}
-    for path in paths:
-        try:
-            with open(path) as f:
-                saved = json.load(f)
-            these = {
-                k: v
-                for k, v in {**(defaults or {}), **saved['args']}.items()
-                if k not in PER_PROCESS
-            }
-            file_runs = saved['runs']
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ValueError(f'{option}: {path} is not a run file of this '
-                             f'tool ({err})') from None
+    for path, these, file_runs in files:
         if settings is None:
             settings, first = these, path
         elif these != settings:
-            differ = sorted(k for k in set(these) | set(settings)
-                            if these.get(k) != settings.get(k))
             raise ValueError(f'{option}: {path} and {first} differ in '
-                             f'{differ}; only runs of one setting pool')
+                             f'{differing(these, settings)}; only runs of '
+                             f'one setting pool')
         for run in file_runs:
             key = (run['variant'], run['seed'])
             if key in seen:
@@ -336,6 +347,13 @@ def pooled_runs(paths, defaults=None, option='--pool'):
             seen[key] = path
             runs.append(run)
     return runs, settings
+
+
+def pooled_runs(paths, defaults=None):
+    """The runs of several ``--json`` files and their shared settings, for
+    one report (:func:`load_run_file`, :func:`pool_files`)."""
+    return pool_files([(path, *load_run_file(path, defaults))
+                       for path in paths])
 
 
 def range_accuracy(run: dict, width: float) -> float:
@@ -349,36 +367,35 @@ def grid_runs(paths, defaults=None):
     training half-width: ``({W: runs}, test_widths)``. Each file trained at
     a symmetric range ``[-W, W]`` and was scored on the same
     ``--test-ranges``, which hold ``W``; the files of one ``W`` pool as
-    :func:`pooled_runs` does. Anything else is refused, naming the file."""
+    :func:`pool_files` does. Anything else is refused, naming the file."""
     groups = {}
     for path in paths:
+        settings, runs = load_run_file(path, defaults, '--grid')
         try:
-            with open(path) as f:
-                low, high = json.load(f)['args']['train_angles']
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ValueError(f'--grid: {path} is not a run file of this '
-                             f'tool ({err})') from None
+            low, high = settings['train_angles']
+        except (TypeError, ValueError):
+            raise ValueError(
+                f'--grid: {path} is not a run file of this tool '
+                f'(train_angles {settings["train_angles"]!r})') from None
         if low != -high:
             raise ValueError(f'--grid: {path} trained at [{low:g}, {high:g}] '
                              f'degrees; the grid trains at ranges [-W, W]')
-        groups.setdefault(high, []).append(path)
+        groups.setdefault(high, []).append((path, settings, runs))
     runs, shared = {}, None
     for width, files in sorted(groups.items()):
-        runs[width], settings = pooled_runs(files, defaults, '--grid')
+        runs[width], settings = pool_files(files, '--grid')
         settings = {k: v for k, v in settings.items() if k != 'train_angles'}
         tests = settings.get('test_ranges') or []
         if width not in tests:
-            raise ValueError(f'--grid: {files[0]} trained at [-{width:g}, '
+            raise ValueError(f'--grid: {files[0][0]} trained at [-{width:g}, '
                              f'{width:g}] degrees but was not scored there '
                              f'(--test-ranges {tests})')
         if shared is None:
-            shared, first = settings, files[0]
+            shared, first = settings, files[0][0]
         elif settings != shared:
-            differ = sorted(k for k in set(settings) | set(shared)
-                            if settings.get(k) != shared.get(k))
-            raise ValueError(f'--grid: {files[0]} and {first} differ in '
-                             f'{differ}; a grid varies the training range '
-                             f'only')
+            raise ValueError(f'--grid: {files[0][0]} and {first} differ in '
+                             f'{differing(settings, shared)}; a grid varies '
+                             f'the training range only')
     return runs, sorted(set(shared['test_ranges']))
 
 
@@ -426,11 +443,14 @@ def grid_report(runs_by_width: dict, tests, variants) -> str:
                 cells.append(f'{mean:.1f} ± {std:.1f}')
             lines.append(f'| {v}, ±{w:g}° | ' + ' | '.join(cells) + ' |')
 
-    def complete(v):  # seeds run at every training range
-        return set.intersection(*(set(by[v, w]) for w in widths))
-
-    def scores(v, seed):
-        return grid_scores({w: by[v, w][seed] for w in widths}, tests)
+    scores = {  # per variant, the seeds run at every training range
+        v: {
+            seed: grid_scores({w: by[v, w][seed]
+                               for w in widths}, tests)
+            for seed in set.intersection(*(set(by[v, w]) for w in widths))
+        }
+        for v in variants
+    }
 
     lines += [
         '', '| over the seeds run at every training range | mean over the '
@@ -438,10 +458,10 @@ def grid_report(runs_by_width: dict, tests, variants) -> str:
         '|---|---|---|---|'
     ]
     for v in variants:
-        seeds = sorted(complete(v))
+        seeds = sorted(scores[v])
         if not seeds:
             continue
-        columns = list(zip(*(scores(v, s) for s in seeds)))
+        columns = list(zip(*(scores[v][s] for s in seeds)))
         cells = []
         for values in columns:
             mean, std = mean_std(values)
@@ -450,10 +470,10 @@ def grid_report(runs_by_width: dict, tests, variants) -> str:
     for a, b in (('hgw', 'uniform'), ('hgw', 'stock'), ('uniform', 'stock')):
         if a not in variants or b not in variants:
             continue
-        seeds = sorted(complete(a) & complete(b))
+        seeds = sorted(set(scores[a]) & set(scores[b]))
         if not seeds:
             continue
-        pairs = [(scores(a, s), scores(b, s)) for s in seeds]
+        pairs = [(scores[a][s], scores[b][s]) for s in seeds]
         cells = [
             fmt_interval([x[i] - y[i] for x, y in pairs])
             if pairs[0][0][i] is not None else 'n/a' for i in (0, 1)
