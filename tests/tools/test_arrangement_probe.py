@@ -229,6 +229,10 @@ def test_grid_report_pairs_the_scores_by_seed():
     assert '| stock | 76.2 ± 1.8 | 45.0 ± 7.1 | 2 |' in text
     assert '| hgw minus stock | +11.25 [' in text
     assert '| -15.00 [' in text
+    # By training range, only ±0 has a wider test range: the same drops,
+    # paired per seed (hgw minus stock: -10 and -20).
+    assert '| trained ±0° |\n' in text and 'trained ±90°' not in text
+    assert text.endswith('| hgw minus stock | -15.00 [-78.53, +48.53] |')
 
 
 @pytest.mark.parametrize('args,message', [

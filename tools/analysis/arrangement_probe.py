@@ -399,6 +399,20 @@ def grid_runs(paths, defaults=None):
     return runs, sorted(set(shared['test_ranges']))
 
 
+GRID_PAIRS = (('hgw', 'uniform'), ('hgw', 'stock'), ('uniform', 'stock'))
+
+
+def row_drop(run: dict, width: float, tests) -> float:
+    """One run's mean drop from its own training range ``[-width, width]``
+    to each wider test range: ``mean(acc(W, W) - acc(W, W'))`` over the
+    ``W'`` in ``tests`` above ``W``; None when none is wider."""
+    wider = [test for test in tests if test > width]
+    if not wider:
+        return None
+    own = range_accuracy(run, width)
+    return statistics.fmean(own - range_accuracy(run, t) for t in wider)
+
+
 def grid_scores(run_of_width: dict, tests) -> tuple:
     """One seed's two grid scores from its run at each training half-width
     (``{W: run}``): the mean accuracy over every cell, and the mean drop
@@ -419,7 +433,9 @@ def grid_report(runs_by_width: dict, tests, variants) -> str:
     """Markdown: test accuracy per variant, training range and test range
     (mean ± std over seeds); then per variant and per pair of variants the
     two scores of :func:`grid_scores`, the pairs' as paired differences
-    over the seeds run at every training range by both."""
+    over the seeds run at every training range by both; last, each pair's
+    :func:`row_drop` per training range, paired over the seeds run there
+    by both."""
     widths = sorted(runs_by_width)
     by = {
         (v, w): {r['seed']: r
@@ -467,9 +483,9 @@ def grid_report(runs_by_width: dict, tests, variants) -> str:
             mean, std = mean_std(values)
             cells.append('n/a' if mean is None else f'{mean:.1f} ± {std:.1f}')
         lines.append(f'| {v} | ' + ' | '.join(cells) + f' | {len(seeds)} |')
-    for a, b in (('hgw', 'uniform'), ('hgw', 'stock'), ('uniform', 'stock')):
-        if a not in variants or b not in variants:
-            continue
+    pairs_run = [(a, b) for a, b in GRID_PAIRS
+                 if a in variants and b in variants]
+    for a, b in pairs_run:
         seeds = sorted(set(scores[a]) & set(scores[b]))
         if not seeds:
             continue
@@ -480,6 +496,26 @@ def grid_report(runs_by_width: dict, tests, variants) -> str:
         ]
         lines.append(f'| {a} minus {b} | ' + ' | '.join(cells) +
                      f' | {len(seeds)} |')
+
+    # The same drop row by row: where in the grid a pair's difference lies.
+    rows = [w for w in widths if any(t > w for t in tests)]
+    if rows and pairs_run:
+        lines += [
+            '', '| drop to the wider test ranges by training range, paired '
+            'by seed (points) | ' + ' | '.join(f'trained ±{w:g}°'
+                                               for w in rows) + ' |',
+            '|---|' + '---|' * len(rows)
+        ]
+        for a, b in pairs_run:
+            cells = []
+            for w in rows:
+                seeds = sorted(set(by[a, w]) & set(by[b, w]))
+                cells.append(
+                    fmt_interval([
+                        row_drop(by[a, w][s], w, tests) -
+                        row_drop(by[b, w][s], w, tests) for s in seeds
+                    ]))
+            lines.append(f'| {a} minus {b} | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
 
