@@ -402,7 +402,7 @@ def grid_runs(paths, defaults=None):
 GRID_PAIRS = (('hgw', 'uniform'), ('hgw', 'stock'), ('uniform', 'stock'))
 
 
-def row_drop(run: dict, width: float, tests) -> float:
+def row_drop(run: dict, width: float, tests) -> float | None:
     """One run's mean drop from its own training range ``[-width, width]``
     to each wider test range: ``mean(acc(W, W) - acc(W, W'))`` over the
     ``W'`` in ``tests`` above ``W``; None when none is wider."""
