@@ -81,3 +81,44 @@ def test_distributed_training_on_cpu_keeps_ranks_identical(
     assert "'backend': 'gloo'" in out or 'gloo' in out
     assert 'parameters identical on 2 ranks' in out
     assert (tmp_path / 'work' / 'iter_3.pth').exists()
+
+
+THREADS_AT_EXIT = '''
+import os, runpy, sys
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+names = [open(f'/proc/self/task/{t}/comm').read().strip()
+         for t in os.listdir('/proc/self/task')]
+print('threads at exit:', sorted(names))
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'),
+                    reason='reads thread names from /proc')
+def test_distributed_tools_stop_the_gloo_threads_before_exit(
+        tmp_path, reduced_seg_config):
+    # gloo threads still running while the interpreter shuts down can abort
+    # a rank whose run succeeded: the tools release the process group first.
+    config = str(reduced_seg_config(tmp_path, num_train=4, num_val=2))
+    wrapper = tmp_path / 'threads_at_exit.py'
+    wrapper.write_text(THREADS_AT_EXIT)
+    work = tmp_path / 'work'
+
+    def launch(tool, *args):
+        done = subprocess.run([
+            sys.executable, '-m', 'torch.distributed.run',
+            '--nproc_per_node=2', f'--master_port={free_port()}',
+            str(wrapper), tool, config, *args, '--launcher', 'pytorch'
+        ], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-4000:]
+        lines = [ln for ln in out.splitlines() if 'threads at exit:' in ln]
+        assert len(lines) == 2, out[-4000:]
+        for line in lines:
+            assert 'gloo' not in line, line
+
+    launch('tools/train.py', '--work-dir', str(work), '--cfg-options',
+           'train_cfg.max_iters=2', 'train_cfg.val_interval=100',
+           'default_hooks.checkpoint.interval=2')
+    launch('tools/test.py', str(work / 'iter_2.pth'), '--work-dir',
+           str(work / 'test'))

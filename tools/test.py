@@ -54,6 +54,7 @@ def main():
         with open(args.metrics_out, 'w') as f:
             json.dump(metrics, f, indent=2)
     write_test_outputs(metrics, args)
+    del runner  # its DDP wrapper holds the process group
     finish_distributed()
 
 

@@ -60,6 +60,7 @@ def main():
     if not any(isinstance(h, InterruptCheckpointHook) for h in runner.hooks):
         runner.register_hook(InterruptCheckpointHook())
     runner.train()
+    del runner  # its DDP wrapper holds the process group
     finish_distributed()
 
 

@@ -1,4 +1,6 @@
 """Distributed runs on machines without CUDA."""
+import gc
+
 import torch
 import torch.distributed as dist
 
@@ -34,12 +36,17 @@ def prepare_cpu_distributed(cfg) -> bool:
 def finish_distributed():
     """Tear the process group down after a successful run.
 
-    Left to interpreter exit, gloo's worker threads may still hold work
-    items when Python is being finalised, and the process aborts
-    ("terminate called without an active exception") after a run that
-    succeeded. Called only on success: after an exception on one rank the
-    others may be inside a collective, and the teardown could hang.
+    A gloo group left to interpreter exit is destroyed while Python is being
+    finalised, and its worker threads can abort a rank that succeeded
+    ("terminate called without an active exception"). The group is freed
+    only when nothing refers to it any more: the caller drops its Runner
+    (whose DDP wrapper and reducer hold the group) before calling this, and
+    the collection below breaks the Runner's reference cycles. Called only
+    on success: after an exception on one rank the others may be inside a
+    collective, and the teardown could hang.
     """
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+        gc.collect()
         dist.destroy_process_group()
+        gc.collect()
