@@ -4,9 +4,11 @@ import math
 import pytest
 import torch
 
+from mmhgw.analysis.plans import distance_at_plan
 from mmhgw.config_utils import load_offline_config
 from tools.analysis.routing_diagnostics import (diagnose, input_dependence,
                                                 part_offsets,
+                                                plan_input_dependence,
                                                 uniform_agreement)
 
 
@@ -34,6 +36,9 @@ def test_statistics_and_where_e_reaches(cfg, scope):
         assert 0 <= s['uniform_activation_change'] <= 1
         assert s['plan_part_offset'] > 0
         assert 'offset_pose_share' not in s
+        assert 0 < s['assignment_stability'] <= 1
+        assert -1 <= s['mean_plan_correlation'] <= 1
+        assert 0 <= s['mean_plan_same_best_type'] <= 1
     grads = result['gradients']
     # E trains the component embedding and the subcapsules; a layer's pose
     # map only as an input of a later layer's E (scope 'network').
@@ -130,3 +135,36 @@ def test_part_offsets_by_hand():
     with torch.no_grad():
         layer.plan_pose_weight.copy_(layer.pose_weight)
     assert part_offsets(layer, X_p, hard)['offset_pose_share'] > 0
+
+
+def _small_layer(**kwargs):
+    from mmhgw.models import HGWCaps
+    torch.manual_seed(0)
+    return HGWCaps(16, 16, 3, padding=1, in_types=4, out_types=4, num_parts=3,
+                   part_dim=4, **kwargs).eval()
+
+
+def test_plan_input_dependence_by_hand():
+    layer = _small_layer()
+    x = torch.randn(1, 16, 3, 3)
+    with torch.no_grad():
+        dist = layer.route(x, routing='uniform')['distance']
+    B, L, N, V_p, V_q = 1, 9, 4, 4, 3
+    # One hard grouping at every location: fully stable, and the mean plan
+    # is that plan, so its distances are the routed ones.
+    fixed = torch.zeros(V_p, V_q)
+    fixed[torch.arange(V_p), torch.tensor([0, 1, 2, 0])] = 1 / V_p
+    plans = fixed.expand(B, L, N, V_p, V_q)
+    with torch.no_grad():
+        routed = distance_at_plan(layer, x, plans)
+        out = plan_input_dependence(layer, x, routed, plans)
+    assert out['assignment_stability'] == 1.0
+    assert out['mean_plan_correlation'] == pytest.approx(1.0)
+    assert out['mean_plan_same_best_type'] == 1.0
+    # Component 0 goes to part 1 instead at 3 of the 9 locations: 3 of the
+    # 9 x 4 x 4 (location, type, component) entries leave the mode.
+    moved = plans.clone()
+    moved[:, :3, :, 0] = fixed[[1]]
+    with torch.no_grad():
+        out = plan_input_dependence(layer, x, dist, moved)
+    assert out['assignment_stability'] == pytest.approx(1 - 3 * 4 / (9 * 16))

@@ -8,7 +8,8 @@ import torch
 from mmhgw.config_utils import (build_config_model, checkpoint_metrics,
                                 load_offline_config)
 from mmhgw.models.layers import HGWCaps
-from tools.analysis.routing_knockout import capsule_layers_changed, main
+from tools.analysis.routing_knockout import (calibration_plans,
+                                             capsule_layers_changed, main)
 
 
 def test_changes_reach_every_capsule_layer(seg_config):
@@ -30,6 +31,63 @@ def test_changes_reach_every_capsule_layer(seg_config):
     assert not torch.allclose(before, flat)
     with pytest.raises(ValueError, match='no HGWCaps layer'):
         capsule_layers_changed('flat')(torch.nn.Linear(2, 2))
+
+
+def test_fixed_at_the_uniform_plan_is_the_swap(seg_config):
+    """Every layer routed by the plan p q^T everywhere is the HGW model
+    swapped to uniform routing."""
+    cfg = load_offline_config(seg_config)
+    torch.manual_seed(0)
+    model = build_config_model(cfg).eval()
+    torch.manual_seed(0)
+    swapped = build_config_model(cfg).eval()
+    capsule_layers_changed('swap')(swapped)
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, HGWCaps)}
+    uniform = {
+        n: torch.full((m.out_types, m.in_types, m.num_parts),
+                      1 / (m.in_types * m.num_parts))
+        for n, m in layers.items()
+    }
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        before = model.backbone(x)[-1]
+        capsule_layers_changed('fixed', uniform)(model)
+        torch.testing.assert_close(
+            model.backbone(x)[-1],
+            swapped.backbone(x)[-1])
+    assert not torch.allclose(before, swapped.backbone(x)[-1])
+    missing = dict(list(uniform.items())[1:])
+    with pytest.raises(ValueError, match='a plan for every capsule layer'):
+        capsule_layers_changed('fixed', missing)(model)
+
+
+def test_fixed_scores_the_calibrated_plans(seg_config, seg_checkpoint,
+                                           tmp_path):
+    """``--changes fixed`` scores the model routed by its mean plans over
+    the given training batches, the same plans on every call."""
+    first = calibration_plans(seg_config, seg_checkpoint, None, 1)
+    again = calibration_plans(seg_config, seg_checkpoint, None, 1)
+    assert first.keys() == again.keys()
+    for name in first:
+        torch.testing.assert_close(first[name], again[name])
+    out = tmp_path / 'fixed.json'
+    main([
+        '--model', 'hgw', seg_config, seg_checkpoint, '--changes', 'fixed',
+        '--calib-batches', '1', '--metric', 'mIoU', 'aAcc', '--out',
+        str(out)
+    ])
+    scores = json.loads(out.read_text())['results']['hgw']['fixed']
+    plain = checkpoint_metrics(
+        seg_config, seg_checkpoint,
+        change_model=capsule_layers_changed('fixed', first))
+    for metric in ('mIoU', 'aAcc'):
+        assert scores[metric] == pytest.approx([plain[metric]])
+    with pytest.raises(SystemExit, match='--calib-batches must be at least'):
+        main([
+            '--model', 'hgw', seg_config, seg_checkpoint, '--changes', 'fixed',
+            '--calib-batches', '0', '--out',
+            str(out)
+        ])
 
 
 def test_scores_equal_the_layers_configured_so(seg_config, seg_checkpoint,

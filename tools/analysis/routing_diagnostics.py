@@ -15,7 +15,11 @@ its data, prints and writes as JSON:
   two distances' deviations from their mean over types, the locations
   where both pick the same best-aligned type, and the mean change of the
   activations): what HGW routing tells the next layer that uniform
-  routing would not; how far the plan's barycentric parts lie from the
+  routing would not; how far the plans' correspondence depends on the
+  input (the share of locations where a component goes to the part it
+  goes to most often, and how far the distances at that layer's mean plan,
+  one plan per output type for every location, follow the HGW distances);
+  how far the plan's barycentric parts lie from the
   components' mean (the parts of the default pose) and, for layers with
   ``pose_from='mean_plus_plan'`` (``'mean_plus_components'``), how large
   the pose of the parts' (components') offsets is beside the mean's pose;
@@ -63,6 +67,7 @@ def layer_statistics(layer, x) -> dict:
             **uniform_agreement(dist,
                                 layer.route(x, routing='uniform')['distance'],
                                 layer.temperature),
+            **plan_input_dependence(layer, x, dist, plan),
             **part_offsets(layer, r['components'], plan))
 
 
@@ -125,6 +130,33 @@ def uniform_agreement(dist, uniform, temperature) -> dict:
         uniform_activation_change=(
             activation(dist, temperature) -
             activation(uniform, temperature)).abs().mean().item())
+
+
+def plan_input_dependence(layer, x, dist, plan) -> dict:
+    """How much of the plans [B, L, N, V_p, V_q] the input decides.
+
+    ``assignment_stability``: for each output type and component, the
+    part it sends most mass to (its row's argmax) is compared with the
+    part it goes to most often over all images and locations; the share
+    of agreeing (image, location, type, component) entries (1: one fixed
+    grouping of the input types per output type, whatever the input;
+    about ``1 / V_q`` for an assignment drawn at random).
+    ``mean_plan_correlation``: the correlation, as in
+    :func:`uniform_agreement`, of the HGW distances with the distances at
+    the mean plan of each output type over images and locations (a plan
+    that ignores the input); ``mean_plan_same_best_type`` the share of
+    locations where both pick the same best-aligned type.
+    """
+    from mmhgw.analysis.plans import distance_at_plan
+    V_q = plan.shape[-1]
+    best = plan.argmax(-1)  # [B, L, N, V_p]
+    counts = torch.nn.functional.one_hot(best, V_q).flatten(0, 1).sum(0)
+    mode = counts.argmax(-1)  # [N, V_p]
+    fixed = distance_at_plan(layer, x, plan.mean((0, 1)))
+    agree = uniform_agreement(dist, fixed, layer.temperature)
+    return dict(assignment_stability=(best == mode).float().mean().item(),
+                mean_plan_correlation=agree['uniform_correlation'],
+                mean_plan_same_best_type=agree['uniform_same_best_type'])
 
 
 def input_dependence(dist, act) -> dict:
