@@ -35,9 +35,10 @@ def distance_at_plan(layer, x: Tensor, plan: Tensor) -> Tensor:
 
 def mean_plans(model, batches: Iterable) -> Dict[str, Tensor]:
     """Each HGWCaps layer's plan averaged over the images and locations of
-    ``batches`` (inputs of ``model.data_preprocessor``), one plan per
-    output type: ``{layer name: [out_types, V_p, V_q]}``. The plans are
-    materialised layer by layer: a few batches of crops."""
+    ``batches`` (data loader batches, preprocessed as for a training step,
+    which pads them to one size), one plan per output type: ``{layer name:
+    [out_types, V_p, V_q]}``. The plans are materialised layer by layer: a
+    few batches of crops."""
     from mmhgw.models import HGWCaps
     layers = {n: m for n, m in model.named_modules() if isinstance(m, HGWCaps)}
     if not layers:
@@ -53,7 +54,7 @@ def mean_plans(model, batches: Iterable) -> Dict[str, Tensor]:
         with torch.no_grad():
             for batch in batches:
                 model(
-                    model.data_preprocessor(batch, False)['inputs'],
+                    model.data_preprocessor(batch, True)['inputs'],
                     mode='tensor')
                 for name, layer in layers.items():
                     plan = layer.route(inputs[name])['plan']

@@ -64,7 +64,7 @@ def test_mean_plans_average_every_layers_plans(seg_config):
         m.register_forward_hook(
             lambda mod, inp, out, n=n: inputs.__setitem__(n, inp[0]))
     with torch.no_grad():
-        model(model.data_preprocessor(batch, False)['inputs'], mode='tensor')
+        model(model.data_preprocessor(batch, True)['inputs'], mode='tensor')
         for n, m in layers.items():
             expected = m.route(inputs[n])['plan'].mean((0, 1))
             torch.testing.assert_close(plans[n], expected)
