@@ -6,22 +6,24 @@ one plan per output type follow the HGW distances) and
 ``tools/analysis/routing_knockout.py`` (a trained model tested with each
 layer routed by its mean plan).
 """
-from typing import Dict, Iterable
+from typing import Dict, Iterable, Optional
 
 import torch
 from torch import Tensor
 
 
-def distance_at_plan(layer, x: Tensor, plan: Tensor) -> Tensor:
+def distance_at_plan(layer, x: Tensor, plan: Tensor,
+                     components: Optional[Tensor] = None) -> Tensor:
     """The HGW value (Eq. 21) ``<L(C_p, C_q) (x) T, T> + beta <K, T>`` of
     ``layer``'s problems on its input ``x`` [B, C, H, W] at the plan ``T``
     [..., out_types, V_p, V_q], broadcast over images and locations (one
     plan per output type, or the layer's own plans [B, L, out_types, V_p,
-    V_q]), instead of the solved one: [B, L, out_types]."""
+    V_q]), instead of the solved one: [B, L, out_types]. ``components``:
+    the layer's components of ``x`` where the caller has formed them."""
     from mmhgw.ops.hgw_routing_reference import cross_cost
     from mmhgw.ot import GWFactors
     from mmhgw.ot.gw_terms import hgw_value
-    X_p, _ = layer._components(x)
+    X_p = layer._components(x)[0] if components is None else components
     B, L, V_p, d = X_p.shape
     s = layer._structures(X_p, layer._observed_p(x))
     f = s.factors()
@@ -70,25 +72,23 @@ def mean_plans(model, batches: Iterable) -> Dict[str, Tensor]:
 
 
 def route_at_plan(layer, plan: Tensor) -> None:
-    """Route ``layer`` (an HGWCaps with the default pose, from the
-    components' mean) by ``plan`` [out_types, V_p, V_q] at every location
-    from now on: its distances, hence its activations, come from that one
-    plan per output type; its components, structures and poses are its
-    own. For test-time analysis (no regulariser, no alignment term)."""
-    from mmhgw.models.layers.hgw_caps import mean_pose
-    if layer.pose_from != 'mean':
-        raise ValueError('route_at_plan needs a layer whose pose is the '
-                         f"components' mean, got pose_from="
-                         f'{layer.pose_from!r}')
-    expected = (layer.out_types, layer.in_types, layer.num_parts)
+    """Route ``layer`` (an HGWCaps whose pose does not read the plan) by
+    ``plan`` [out_types, V_p, V_q] at every location from now on: its
+    distances, hence its activations, come from that one plan per output
+    type; its components, structures and poses are its own. For test-time
+    analysis (no regulariser, no alignment term)."""
+    if layer._pose_reads_plan():
+        raise ValueError('route_at_plan needs a layer whose pose does not '
+                         f'read the plan, got pose_from={layer.pose_from!r}')
+    expected = (layer.out_types, layer.num_components, layer.num_parts)
     if tuple(plan.shape) != expected:
         raise ValueError(f'plan must have shape {expected} (out_types, '
-                         f'in_types, num_parts), got {tuple(plan.shape)}')
+                         f'components, num_parts), got {tuple(plan.shape)}')
 
     def forward_terms(x):
         X_p, size = layer._components(x)
-        dist = distance_at_plan(layer, x, plan)
-        pose = mean_pose(X_p, layer.pose_weight)
+        dist = distance_at_plan(layer, x, plan, X_p)
+        pose = layer._pose(X_p, None)
         return layer._output(layer._capsules(pose, dist), size), None, dist
 
     layer.forward_terms = forward_terms

@@ -28,14 +28,22 @@ def test_distance_at_plan_is_the_distance_at_that_plan():
             layer.route(x, routing='uniform')['distance'])
 
 
-def test_routed_at_the_uniform_plan_is_uniform_routing():
-    layer = small_layer()
-    uniform = small_layer(routing='uniform')
+@pytest.mark.parametrize('kwargs', [
+    dict(),
+    dict(pose_from='mean_plus_components'),
+    dict(pose_from='mean_plus_components', components='positions'),
+])
+def test_routed_at_the_uniform_plan_is_uniform_routing(kwargs):
+    layer = small_layer(**kwargs)
+    if 'component_pose_weight' in dict(layer.named_parameters()):
+        torch.nn.init.normal_(layer.component_pose_weight)
+    uniform = small_layer(routing='uniform', **kwargs)
     uniform.load_state_dict(layer.state_dict())
     x = torch.randn(2, 16, 5, 6)
+    V_p = layer.num_components
     with torch.no_grad():
         before = layer(x)
-        route_at_plan(layer, torch.full((4, 4, 3), 1 / 12))
+        route_at_plan(layer, torch.full((4, V_p, 3), 1 / (3 * V_p)))
         torch.testing.assert_close(layer(x), uniform(x))
     assert not torch.allclose(before, uniform(x))
 
@@ -43,6 +51,9 @@ def test_routed_at_the_uniform_plan_is_uniform_routing():
 def test_route_at_plan_refuses_what_it_cannot_route():
     with pytest.raises(ValueError, match=r'plan must have shape \(4, 4, 3\)'):
         route_at_plan(small_layer(), torch.full((4, 3, 4), 1 / 12))
+    with pytest.raises(ValueError, match="pose_from='mean_plus_plan'"):
+        route_at_plan(small_layer(pose_from='mean_plus_plan'),
+                      torch.full((4, 4, 3), 1 / 12))
     with pytest.raises(ValueError, match="pose_from='plan'"):
         route_at_plan(small_layer(pose_from='plan'),
                       torch.full((4, 4, 3), 1 / 12))

@@ -461,17 +461,31 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
 
 @pytest.mark.parametrize(
     'variant, expected',
-    [('uniform', ['routing']), ('ablA', ['solver_cfg']),
-     ('ablB', ['reg_weight']), ('ablC', ['use_observed']),
-     ('beta1', ['beta_final']), ('counts', ['observed']),
-     ('reg_layer', ['reg_scope']), ('temp05', ['temperature']),
-     ('eps01', ['solver_cfg']), ('steps3', ['solver_cfg']),
-     ('unroll', ['solver_cfg']), ('planpose', ['pose_from']),
-     ('pluspose', ['pose_from']), ('comppose', ['pose_from']),
-     ('parts03', ['subcapsules']),
-     ('planpose_unroll', ['pose_from', 'solver_cfg']),
-     ('planpose_soft_unroll', ['pose_from', 'solver_cfg']),
-     ('planpose_gain025', ['pose_from', 'pose_weight'])])
+    [
+        ('uniform', ['routing']),
+        ('ablA', ['solver_cfg']),
+        ('ablB', ['reg_weight']),
+        ('ablC', ['use_observed']),
+        ('beta1', ['beta_final']),
+        ('counts', ['observed']),
+        ('reg_layer', ['reg_scope']),
+        ('temp05', ['temperature']),
+        ('eps01', ['solver_cfg']),
+        ('steps3', ['solver_cfg']),
+        ('unroll', ['solver_cfg']),
+        ('planpose', ['pose_from']),
+        ('pluspose', ['pose_from']),
+        ('comppose', ['pose_from']),
+        ('parts03', ['subcapsules']),
+        ('planpose_unroll', ['pose_from', 'solver_cfg']),
+        ('planpose_soft_unroll', ['pose_from', 'solver_cfg']),
+        ('planpose_gain025', ['pose_from', 'pose_weight']),
+        # Another embedding draws other numbers before the subcapsules'.
+        ('positions',
+         ['pose_from', 'components', 'subcapsules', 'pose_weight']),
+        ('positions_uniform',
+         ['routing', 'pose_from', 'components', 'subcapsules', 'pose_weight'])
+    ])
 def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
     # Each capsule variant's options, merged into the family's HGWCaps
     # config, build a layer that differs from the shipped one as described.
@@ -501,9 +515,9 @@ def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
                 for k, v in cfg.model.backbone.hgw_cfg.items() if k != 'type'
             })
     differs = [
-        name
-        for name in ('routing', 'reg_weight', 'use_observed', 'observed',
-                     'reg_scope', 'temperature', 'pose_from', 'beta_final')
+        name for name in ('routing', 'reg_weight', 'use_observed', 'observed',
+                          'reg_scope', 'temperature', 'pose_from',
+                          'beta_final', 'components')
         if getattr(layer, name) != getattr(shipped, name)
     ]
     differs += ['solver_cfg'] if layer.solver_cfg != shipped.solver_cfg \

@@ -258,6 +258,21 @@ VARIANTS = {
                        _CAPS + 'align_weight=1.0',
                        _CAPS + 'align_temperature=0.01'
                    ]),
+    # Components without a fixed identity: what is at each position of
+    # the patch, so the matching cannot settle to one grouping of input
+    # types (docs/evidence.md); the pose reads every position, as the
+    # convolution it replaces does. Its control fixes the plan.
+    'positions': ('components are the patch positions (one shared map), '
+                  'pose of their mean plus their offsets', 'hgw', [
+                      _CAPS + 'components=positions',
+                      _CAPS + 'pose_from=mean_plus_components'
+                  ]),
+    'positions_uniform': ('the positions variant under uniform routing', 'hgw',
+                          [
+                              _CAPS + 'components=positions',
+                              _CAPS + 'pose_from=mean_plus_components',
+                              _CAPS + 'routing=uniform'
+                          ]),
     'dec_only': ('capsules in the deepest decoder stage only, not also in '
                  'the deepest encoder stage (the paper\'s parameter share)',
                  'hgw', {

@@ -23,6 +23,7 @@ from .hgw_caps_args import (build_solver_cfg, check_checkpoint_beta,
 from .hgw_caps_structures import (RoutingInputs, Structures, layer_factors,
                                   layer_structures, layer_terms,
                                   observed_input, regulariser)
+from .position_embedding import PositionEmbedding
 from .precision import autocast_off, narrower_than_float32, restore_float32
 from .recompute import recomputed_in_backward
 
@@ -79,9 +80,12 @@ class HGWCaps(BaseModule):
     same grid as ``nn.Conv2d`` with these ``kernel_size``, ``stride``,
     ``padding`` and ``dilation``):
 
-    1. Components ``X_p`` [V_p = in_types, part_dim]: one embedding per input
-       capsule type from its k x k patch, by one grouped convolution
-       (``groups = in_types``), so no vote tensor is unfolded.
+    1. Components ``X_p`` [V_p, part_dim]: by default (``components=
+       'types'``, V_p = in_types) one embedding per input capsule type from
+       its k x k patch, by one grouped convolution (``groups = in_types``),
+       so no vote tensor is unfolded; with ``components='positions'``
+       (V_p = k_h k_w) one per position of the patch, all by one shared map
+       (:class:`PositionEmbedding`).
     2. Each output type ``n`` owns a learnable subcapsule ``X_q[n]``
        [V_q = num_parts, part_dim].
     3. Structure ``C = (1 - beta) C_obs + beta K(X, X)`` per domain (Eq. 21),
@@ -130,7 +134,8 @@ class HGWCaps(BaseModule):
         padding_mode: as ``nn.Conv2d`` (``'zeros'``, ``'reflect'``,
             ``'replicate'`` or ``'circular'``): how the patches of the
             embedding (and of the counted observed structure) are padded.
-        in_types: input capsule types (= V_p, the components).
+        in_types: input capsule types (= V_p, the components, unless
+            ``components='positions'``).
         out_types: output capsule types (one subcapsule each).
         num_parts: parts per subcapsule (V_q).
         part_dim: embedding size of components and parts. These four are
@@ -173,6 +178,19 @@ class HGWCaps(BaseModule):
         temperature: of the activation; finite, > 0. On real data 0.5
             ties with the default 0.1, and so did 0.03 in a screen
             (docs/evidence.md).
+        components: what a component is. ``'types'`` (default): one per
+            input capsule type, embedded by its own k x k kernel, so each
+            component has a fixed identity (a trained plan can settle to
+            one grouping of the types per output type for every input,
+            docs/evidence.md). ``'positions'``: one per position of the
+            k x k patch, the input vector there through a map shared by
+            all positions: a component is what is at a position, which the
+            plan must match anew at every location. The mean of the
+            positions is a box filter, so this pairs with
+            ``pose_from='mean_plus_components'`` (the pose then reads every
+            position, as a convolution does). Needs the default
+            ``conv_cfg`` and an observed structure other than
+            ``'counts'`` (which counts input types).
         pose_from: the parts the pose map reads. ``'mean'`` (default):
             every part the components' mean ``p^T X_p`` (the parts of
             uniform routing), so that the plan sets the activations only;
@@ -267,8 +285,9 @@ class HGWCaps(BaseModule):
                  solver_cfg: Optional[dict] = None, beta: float = 0.5,
                  reg_weight: float = 10.0, routing: str = 'hgw',
                  use_observed: bool = True, observed: str = 'coactivation',
-                 temperature: float = 0.1, pose_from: str = 'mean',
-                 reg_scope: str = 'network', align_weight: float = 0.0,
+                 temperature: float = 0.1, components: str = 'types',
+                 pose_from: str = 'mean', reg_scope: str = 'network',
+                 align_weight: float = 0.0,
                  align_temperature: Optional[float] = None,
                  subcapsule_std: float = 1.0, pose_gain: float = 1.0,
                  backend: str = 'auto', conv_cfg: Optional[dict] = None,
@@ -281,13 +300,14 @@ class HGWCaps(BaseModule):
                          reg_weight, routing, ROUTINGS, use_observed, observed,
                          temperature, reg_scope, backend, BACKENDS, pose_from,
                          align_weight, align_temperature, subcapsule_std,
-                         pose_gain)
+                         pose_gain, components, conv_cfg)
         # Fail at build time, not at the first forward.
         self.solver_cfg = build_solver_cfg(solver_cfg)
         self.use_observed = use_observed
         self.observed = observed
         self.in_channels, self.out_channels = in_channels, out_channels
         self.in_types, self.out_types = in_types, out_types
+        self.components = components
         self.out_dim = out_channels // out_types
         self.num_parts, self.part_dim = num_parts, part_dim
         self.routing = routing
@@ -306,16 +326,24 @@ class HGWCaps(BaseModule):
         #: HGWLossScaleHook; None: 1).
         self.loss_scale = None
 
-        # One embedding per input type from its own k x k patch. The
-        # padding mode is passed only where it is not the default, so that
-        # a conv_cfg type without the argument still builds.
-        pad_mode = {} if padding_mode == 'zeros' else dict(
-            padding_mode=padding_mode)
-        self.embed = build_conv_layer(conv_cfg, in_channels,
-                                      in_types * part_dim, kernel_size,
-                                      stride=stride, padding=padding,
-                                      dilation=dilation, groups=in_types,
-                                      bias=False, **pad_mode)
+        if components == 'positions':
+            self.embed = PositionEmbedding(in_channels, part_dim, kernel_size,
+                                           stride, padding, dilation,
+                                           padding_mode)
+        else:
+            # One embedding per input type from its own k x k patch. The
+            # padding mode is passed only where it is not the default, so
+            # that a conv_cfg type without the argument still builds.
+            pad_mode = {} if padding_mode == 'zeros' else dict(
+                padding_mode=padding_mode)
+            self.embed = build_conv_layer(conv_cfg, in_channels,
+                                          in_types * part_dim, kernel_size,
+                                          stride=stride, padding=padding,
+                                          dilation=dilation, groups=in_types,
+                                          bias=False, **pad_mode)
+        #: V_p, the components at every location.
+        self.num_components = (self.embed.num_positions
+                               if components == 'positions' else in_types)
         self.subcapsules = nn.Parameter(
             torch.randn(out_types, num_parts, part_dim) * subcapsule_std)
         self.pose_weight = nn.Parameter(
@@ -328,7 +356,8 @@ class HGWCaps(BaseModule):
                 torch.zeros_like(self.pose_weight))
         elif pose_from == 'mean_plus_components':
             self.component_pose_weight = nn.Parameter(
-                torch.zeros(out_types, in_types * part_dim, self.out_dim))
+                torch.zeros(out_types, self.num_components * part_dim,
+                            self.out_dim))
         self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
         #: Detached (regulariser, mean distance, alignment term) of the last
         #: training pass; a term the layer does not train with is None.
@@ -338,6 +367,7 @@ class HGWCaps(BaseModule):
         return (
             f'{self.in_channels}, {self.out_channels}, '
             f'types={self.in_types}->{self.out_types}, '
+            f'components={self.components}, '
             f'parts={self.num_parts}x{self.part_dim}, '
             f'routing={self.routing}, observed={self.observed}, '
             f'use_observed={self.use_observed}, pose_from={self.pose_from}, '
@@ -352,9 +382,13 @@ class HGWCaps(BaseModule):
         keep this one tensor rather than a copy each."""
         comps = self.embed(x)
         B, _, H, W = comps.shape
-        X_p = comps.view(B, self.in_types, self.part_dim,
-                         H * W).permute(0, 3, 1, 2).contiguous()
-        return X_p, (H, W)
+        if self.components == 'positions':  # part-major channels
+            X_p = comps.view(B, self.part_dim, self.num_components,
+                             H * W).permute(0, 3, 2, 1)
+        else:
+            X_p = comps.view(B, self.in_types, self.part_dim,
+                             H * W).permute(0, 3, 1, 2)
+        return X_p.contiguous(), (H, W)
 
     def _structures(self, X_p: Tensor,
                     obs_p: Optional[Tensor] = None) -> Structures:

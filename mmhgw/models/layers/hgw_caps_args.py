@@ -102,6 +102,9 @@ def build_solver_cfg(solver_cfg: dict) -> dict:
     return cfg
 
 
+#: What a component is (``HGWCaps(components=...)``).
+COMPONENTS = ('types', 'positions')
+
 #: What the pose map reads (``HGWCaps(pose_from=...)``).
 POSE_SOURCES = ('plan', 'mean', 'mean_plus_plan', 'mean_plus_components')
 
@@ -116,7 +119,8 @@ def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
                      out_types, num_parts, part_dim, beta, reg_weight, routing,
                      routings, use_observed, observed, temperature, reg_scope,
                      backend, backends, pose_from, align_weight,
-                     align_temperature, subcapsule_std, pose_gain):
+                     align_temperature, subcapsule_std, pose_gain, components,
+                     conv_cfg):
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):
@@ -134,8 +138,18 @@ def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
                                  ('reg_scope', reg_scope, REG_SCOPES),
                                  ('observed', observed,
                                   OBSERVED), ('backend', backend, backends),
-                                 ('pose_from', pose_from, POSE_SOURCES)):
+                                 ('pose_from', pose_from, POSE_SOURCES),
+                                 ('components', components, COMPONENTS)):
         check_choice(name, value, allowed)
+    if components == 'positions':
+        if observed == 'counts' and use_observed is True:
+            raise ValueError(
+                "observed='counts' counts the input types of the patch and "
+                "needs components='types', got components='positions'")
+        if conv_cfg is not None:
+            raise ValueError(
+                f"components='positions' embeds by its own map and takes no "
+                f"conv_cfg (it must be None), got conv_cfg={conv_cfg!r}")
     if not isinstance(use_observed, bool):
         raise ValueError(f'use_observed must be True or False, '
                          f'got {use_observed!r}')
