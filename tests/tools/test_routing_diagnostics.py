@@ -6,10 +6,9 @@ import torch
 
 from mmhgw.analysis.plans import distance_at_plan
 from mmhgw.config_utils import load_offline_config
-from tools.analysis.routing_diagnostics import (diagnose, input_dependence,
-                                                part_offsets,
-                                                plan_input_dependence,
-                                                uniform_agreement)
+from tools.analysis.routing_diagnostics import (diagnose, distance_agreement,
+                                                input_dependence, part_offsets,
+                                                plan_input_dependence)
 
 
 @pytest.fixture
@@ -77,21 +76,21 @@ def test_input_dependence_by_hand():
         act.std(1).mean().item())
 
 
-def test_uniform_agreement_by_hand():
+def test_distance_agreement_by_hand():
     dist = torch.tensor([[[0., 1., 2.], [2., 1., 0.]]])
     # A shift per location and a scale change nothing the activations
     # compare across types: correlation 1, the same best types.
-    same = uniform_agreement(dist, 3 * dist + torch.tensor([[[5.], [-1.]]]),
-                             1.0)
+    same = distance_agreement('uniform', dist,
+                              3 * dist + torch.tensor([[[5.], [-1.]]]), 1.0)
     assert same['uniform_correlation'] == pytest.approx(1.0)
     assert same['uniform_same_best_type'] == 1.0
     # Reversed order of the types: correlation -1, no best type shared;
     # activations exp(-(0, 1, 2)) against exp(-(2, 1, 0)).
-    flipped = uniform_agreement(dist, dist.flip(-1), 1.0)
-    assert flipped['uniform_correlation'] == pytest.approx(-1.0)
-    assert flipped['uniform_same_best_type'] == 0.0
+    flipped = distance_agreement('mean_plan', dist, dist.flip(-1), 1.0)
+    assert flipped['mean_plan_correlation'] == pytest.approx(-1.0)
+    assert flipped['mean_plan_same_best_type'] == 0.0
     change = 2 * (1 - math.exp(-2)) / 3
-    assert flipped['uniform_activation_change'] == pytest.approx(change)
+    assert flipped['mean_plan_activation_change'] == pytest.approx(change)
 
 
 def test_route_with_another_routing_is_that_routing():

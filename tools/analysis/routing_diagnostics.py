@@ -64,9 +64,9 @@ def layer_statistics(layer, x) -> dict:
             component_sq=r['components'].pow(2).mean().item(),
             subcapsule_sq=layer.subcapsules.pow(2).mean().item(),
             regulariser=r['regulariser'].item(),
-            **uniform_agreement(dist,
-                                layer.route(x, routing='uniform')['distance'],
-                                layer.temperature),
+            **distance_agreement('uniform', dist,
+                                 layer.route(x, routing='uniform')['distance'],
+                                 layer.temperature),
             **plan_input_dependence(layer, x, dist, plan),
             **part_offsets(layer, r['components'], plan))
 
@@ -106,30 +106,32 @@ def part_offsets(layer, X_p, plan) -> dict:
     return out
 
 
-def uniform_agreement(dist, uniform, temperature) -> dict:
-    """How HGW distances ``dist`` differ from the uniform plan's distances
-    ``uniform`` [B, L, N] of the same layer and input.
+def distance_agreement(name, dist, other, temperature) -> dict:
+    """How HGW distances ``dist`` differ from the distances ``other``
+    [B, L, N] of the same layer and input at another plan (``name``: the
+    uniform plan, the mean plan), under keys prefixed ``name``.
 
     The activations compare distances across types at one location, so
     what matters is each one's deviation from its mean over types:
-    ``uniform_correlation`` is the correlation of those deviations over
+    ``<name>_correlation`` is the correlation of those deviations over
     all (image, location, type) entries (1: the plan adds nothing the
-    activations could see beyond a scale); ``uniform_same_best_type``,
+    activations could see beyond a scale); ``<name>_same_best_type``,
     the share of locations whose best-aligned type (smallest distance)
-    is the same; ``uniform_activation_change``, the mean absolute change
+    is the same; ``<name>_activation_change``, the mean absolute change
     of the activations ``exp(-(d - min d) / temperature)``.
     """
     from mmhgw.models.layers.hgw_caps import activation
     a = dist - dist.mean(-1, keepdim=True)
-    b = uniform - uniform.mean(-1, keepdim=True)
+    b = other - other.mean(-1, keepdim=True)
     corr = (a * b).sum() / (a.norm() * b.norm()).clamp_min(1e-30)
-
-    return dict(
-        uniform_correlation=corr.item(), uniform_same_best_type=(
-            dist.argmin(-1) == uniform.argmin(-1)).float().mean().item(),
-        uniform_activation_change=(
-            activation(dist, temperature) -
-            activation(uniform, temperature)).abs().mean().item())
+    same_best = (dist.argmin(-1) == other.argmin(-1)).float().mean()
+    change = (activation(dist, temperature) -
+              activation(other, temperature)).abs().mean()
+    return {
+        f'{name}_correlation': corr.item(),
+        f'{name}_same_best_type': same_best.item(),
+        f'{name}_activation_change': change.item()
+    }
 
 
 def plan_input_dependence(layer, x, dist, plan) -> dict:
@@ -139,13 +141,11 @@ def plan_input_dependence(layer, x, dist, plan) -> dict:
     part it sends most mass to (its row's argmax) is compared with the
     part it goes to most often over all images and locations; the share
     of agreeing (image, location, type, component) entries (1: one fixed
-    grouping of the input types per output type, whatever the input;
+    grouping of the components per output type, whatever the input;
     about ``1 / V_q`` for an assignment drawn at random).
-    ``mean_plan_correlation``: the correlation, as in
-    :func:`uniform_agreement`, of the HGW distances with the distances at
-    the mean plan of each output type over images and locations (a plan
-    that ignores the input); ``mean_plan_same_best_type`` the share of
-    locations where both pick the same best-aligned type.
+    ``mean_plan_*``: :func:`distance_agreement` of the HGW distances with
+    the distances at the mean plan of each output type over images and
+    locations (a plan that ignores the input).
     """
     from mmhgw.analysis.plans import distance_at_plan
     V_q = plan.shape[-1]
@@ -153,10 +153,9 @@ def plan_input_dependence(layer, x, dist, plan) -> dict:
     counts = torch.nn.functional.one_hot(best, V_q).flatten(0, 1).sum(0)
     mode = counts.argmax(-1)  # [N, V_p]
     fixed = distance_at_plan(layer, x, plan.mean((0, 1)))
-    agree = uniform_agreement(dist, fixed, layer.temperature)
-    return dict(assignment_stability=(best == mode).float().mean().item(),
-                mean_plan_correlation=agree['uniform_correlation'],
-                mean_plan_same_best_type=agree['uniform_same_best_type'])
+    return dict(
+        assignment_stability=(best == mode).float().mean().item(),
+        **distance_agreement('mean_plan', dist, fixed, layer.temperature))
 
 
 def input_dependence(dist, act) -> dict:
