@@ -178,19 +178,6 @@ class HGWCaps(BaseModule):
         temperature: of the activation; finite, > 0. On real data 0.5
             ties with the default 0.1, and so did 0.03 in a screen
             (docs/evidence.md).
-        components: what a component is. ``'types'`` (default): one per
-            input capsule type, embedded by its own k x k kernel, so each
-            component has a fixed identity (a trained plan can settle to
-            one grouping of the types per output type for every input,
-            docs/evidence.md). ``'positions'``: one per position of the
-            k x k patch, the input vector there through a map shared by
-            all positions: a component is what is at a position, which the
-            plan must match anew at every location. The mean of the
-            positions is a box filter, so this pairs with
-            ``pose_from='mean_plus_components'`` (the pose then reads every
-            position, as a convolution does). Needs the default
-            ``conv_cfg`` and an observed structure other than
-            ``'counts'`` (which counts input types).
         pose_from: the parts the pose map reads. ``'mean'`` (default):
             every part the components' mean ``p^T X_p`` (the parts of
             uniform routing), so that the plan sets the activations only;
@@ -273,6 +260,19 @@ class HGWCaps(BaseModule):
             did not change its score, so the default keeps the draw.
         conv_cfg: config of the component convolution (default Conv2d).
         init_cfg: mmengine initialisation config.
+        components: what a component is. ``'types'`` (default): one per
+            input capsule type, embedded by its own k x k kernel, so each
+            component has a fixed identity (a trained plan can settle to
+            one grouping of the types per output type for every input,
+            docs/evidence.md). ``'positions'``: one per position of the
+            k x k patch, the input vector there through a map shared by
+            all positions: a component is what is at a position, which the
+            plan must match anew at every location. The mean of the
+            positions is a box filter, so this pairs with
+            ``pose_from='mean_plus_components'`` (the pose then reads every
+            position, as a convolution does). Needs the default
+            ``conv_cfg`` and an observed structure other than
+            ``'counts'`` (which counts input types).
         **legacy: the previous release's arguments, deprecated (see
             :func:`~.hgw_caps_args.resolve_legacy`).
     """
@@ -285,13 +285,13 @@ class HGWCaps(BaseModule):
                  solver_cfg: Optional[dict] = None, beta: float = 0.5,
                  reg_weight: float = 10.0, routing: str = 'hgw',
                  use_observed: bool = True, observed: str = 'coactivation',
-                 temperature: float = 0.1, components: str = 'types',
-                 pose_from: str = 'mean', reg_scope: str = 'network',
-                 align_weight: float = 0.0,
+                 temperature: float = 0.1, pose_from: str = 'mean',
+                 reg_scope: str = 'network', align_weight: float = 0.0,
                  align_temperature: Optional[float] = None,
                  subcapsule_std: float = 1.0, pose_gain: float = 1.0,
                  backend: str = 'auto', conv_cfg: Optional[dict] = None,
-                 init_cfg: Optional[dict] = None, **legacy):
+                 init_cfg: Optional[dict] = None, components: str = 'types',
+                 **legacy):
         super().__init__(init_cfg=init_cfg)
         solver_cfg, reg_weight, use_observed = resolve_legacy(
             solver_cfg, reg_weight, use_observed, legacy)
