@@ -484,7 +484,15 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
         ('positions',
          ['pose_from', 'components', 'subcapsules', 'pose_weight']),
         ('positions_uniform',
-         ['routing', 'pose_from', 'components', 'subcapsules', 'pose_weight'])
+         ['routing', 'pose_from', 'components', 'subcapsules', 'pose_weight']),
+        ('positions_norm', [
+            'pose_from', 'components', 'component_norm', 'subcapsules',
+            'pose_weight'
+        ]),
+        ('positions_norm_uniform', [
+            'routing', 'pose_from', 'components', 'component_norm',
+            'subcapsules', 'pose_weight'
+        ])
     ])
 def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
     # Each capsule variant's options, merged into the family's HGWCaps
@@ -517,7 +525,7 @@ def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
     differs = [
         name for name in ('routing', 'reg_weight', 'use_observed', 'observed',
                           'reg_scope', 'temperature', 'pose_from',
-                          'beta_final', 'components')
+                          'beta_final', 'components', 'component_norm')
         if getattr(layer, name) != getattr(shipped, name)
     ]
     differs += ['solver_cfg'] if layer.solver_cfg != shipped.solver_cfg \

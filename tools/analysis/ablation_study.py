@@ -273,6 +273,21 @@ VARIANTS = {
                               _CAPS + 'pose_from=mean_plus_components',
                               _CAPS + 'routing=uniform'
                           ]),
+    # The same with every component at unit root mean square, so that the
+    # cross costs stay below their bound and the plan can see the input.
+    'positions_norm': ('the positions variant with every component '
+                       'divided by its root mean square', 'hgw', [
+                           _CAPS + 'components=positions',
+                           _CAPS + 'pose_from=mean_plus_components',
+                           _CAPS + 'component_norm=True'
+                       ]),
+    'positions_norm_uniform': ('the positions_norm variant under uniform '
+                               'routing', 'hgw', [
+                                   _CAPS + 'components=positions',
+                                   _CAPS + 'pose_from=mean_plus_components',
+                                   _CAPS + 'component_norm=True',
+                                   _CAPS + 'routing=uniform'
+                               ]),
     'dec_only': ('capsules in the deepest decoder stage only, not also in '
                  'the deepest encoder stage (the paper\'s parameter share)',
                  'hgw', {

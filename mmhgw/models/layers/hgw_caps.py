@@ -30,6 +30,10 @@ from .recompute import recomputed_in_backward
 #: Added under the square root of the pose norm: no NaN gradient at u = 0.
 SAFE_NORM_EPS = 1e-6
 
+#: Added to the mean square of a component before its root is divided out
+#: (``component_norm``): a component of zeros (padding) stays zeros.
+COMPONENT_NORM_EPS = 1e-6
+
 #: Whether the warning of ``HGWCaps._loss_scale`` was given.
 _WARNED_UNSCALED = False
 
@@ -273,6 +277,14 @@ class HGWCaps(BaseModule):
             position, as a convolution does). Needs the default
             ``conv_cfg`` and an observed structure other than
             ``'counts'`` (which counts input types).
+        component_norm: divide every component by its root mean square
+            (over its ``part_dim`` numbers) before it is matched and
+            posed, so that its length cannot outgrow the scale of the
+            bounded cross cost ``1 - exp(-||x - y||^2 / d)``. Left free,
+            the shared map of ``components='positions'`` grows until
+            every cross cost is at its bound and the plan is flat
+            (docs/evidence.md). False (default): the components as
+            embedded.
         **legacy: the previous release's arguments, deprecated (see
             :func:`~.hgw_caps_args.resolve_legacy`).
     """
@@ -291,7 +303,7 @@ class HGWCaps(BaseModule):
                  subcapsule_std: float = 1.0, pose_gain: float = 1.0,
                  backend: str = 'auto', conv_cfg: Optional[dict] = None,
                  init_cfg: Optional[dict] = None, components: str = 'types',
-                 **legacy):
+                 component_norm: bool = False, **legacy):
         super().__init__(init_cfg=init_cfg)
         solver_cfg, reg_weight, use_observed = resolve_legacy(
             solver_cfg, reg_weight, use_observed, legacy)
@@ -300,7 +312,7 @@ class HGWCaps(BaseModule):
                          reg_weight, routing, ROUTINGS, use_observed, observed,
                          temperature, reg_scope, backend, BACKENDS, pose_from,
                          align_weight, align_temperature, subcapsule_std,
-                         pose_gain, components, conv_cfg)
+                         pose_gain, components, conv_cfg, component_norm)
         # Fail at build time, not at the first forward.
         self.solver_cfg = build_solver_cfg(solver_cfg)
         self.use_observed = use_observed
@@ -308,6 +320,7 @@ class HGWCaps(BaseModule):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.in_types, self.out_types = in_types, out_types
         self.components = components
+        self.component_norm = component_norm
         self.out_dim = out_channels // out_types
         self.num_parts, self.part_dim = num_parts, part_dim
         self.routing = routing
@@ -368,6 +381,7 @@ class HGWCaps(BaseModule):
             f'{self.in_channels}, {self.out_channels}, '
             f'types={self.in_types}->{self.out_types}, '
             f'components={self.components}, '
+            f'component_norm={self.component_norm}, '
             f'parts={self.num_parts}x{self.part_dim}, '
             f'routing={self.routing}, observed={self.observed}, '
             f'use_observed={self.use_observed}, pose_from={self.pose_from}, '
@@ -388,6 +402,9 @@ class HGWCaps(BaseModule):
         else:
             X_p = comps.view(B, self.in_types, self.part_dim,
                              H * W).permute(0, 3, 1, 2)
+        if self.component_norm:
+            X_p = X_p * torch.rsqrt(
+                X_p.pow(2).mean(-1, keepdim=True) + COMPONENT_NORM_EPS)
         return X_p.contiguous(), (H, W)
 
     def _structures(self, X_p: Tensor,

@@ -120,7 +120,7 @@ def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
                      routings, use_observed, observed, temperature, reg_scope,
                      backend, backends, pose_from, align_weight,
                      align_temperature, subcapsule_std, pose_gain, components,
-                     conv_cfg):
+                     conv_cfg, component_norm):
     """Raise a ValueError naming the first invalid argument of the layer."""
     for name, value in (('in_types', in_types), ('out_types', out_types),
                         ('num_parts', num_parts), ('part_dim', part_dim)):
@@ -150,9 +150,10 @@ def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
             raise ValueError(
                 f"components='positions' embeds by its own map and takes no "
                 f"conv_cfg (it must be None), got conv_cfg={conv_cfg!r}")
-    if not isinstance(use_observed, bool):
-        raise ValueError(f'use_observed must be True or False, '
-                         f'got {use_observed!r}')
+    for name, value in (('use_observed', use_observed), ('component_norm',
+                                                         component_norm)):
+        if not isinstance(value, bool):
+            raise ValueError(f'{name} must be True or False, got {value!r}')
     checked = [('beta', beta, _UNIT), ('reg_weight', reg_weight, _AT_LEAST_0),
                ('temperature', temperature, _POSITIVE),
                ('align_weight', align_weight, _AT_LEAST_0),

@@ -139,3 +139,34 @@ def test_embedding_draws_like_a_1x1_convolution():
 def test_bad_components_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         positions_caps(**kwargs)
+
+
+@pytest.mark.parametrize('components', ['types', 'positions'])
+def test_normalised_components_have_unit_root_mean_square(components):
+    caps = positions_caps(components=components, component_norm=True)
+    x = 50 * torch.randn(2, 16, 5, 6)
+    with torch.no_grad():
+        X_p = caps._components(x)[0]
+        raw = positions_caps(components=components)._components(x)[0]
+    rms = X_p.pow(2).mean(-1).sqrt()
+    # Padding's components are zeros and stay zeros; the others have
+    # root mean square 1 and the direction they had.
+    padded = raw.abs().amax(-1) == 0
+    assert torch.all(X_p[padded] == 0)
+    torch.testing.assert_close(rms[~padded], torch.ones_like(rms[~padded]))
+    torch.testing.assert_close(
+        X_p, raw / raw.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt())
+
+
+def test_normalised_components_train_with_finite_gradients():
+    caps = positions_caps(component_norm=True).train()
+    x = torch.randn(2, 16, 5, 6, requires_grad=True)
+    caps(x).square().sum().backward()
+    assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+    assert torch.isfinite(caps.embed.weight.grad).all()
+    assert 'component_norm=True' in repr(caps)
+
+
+def test_component_norm_must_be_a_bool():
+    with pytest.raises(ValueError, match='component_norm must be True or'):
+        positions_caps(component_norm=1)
