@@ -160,6 +160,10 @@ def model_of(args, task) -> str:
 
 
 _CAPS = 'model.backbone.hgw_cfg.'
+#: Components from the patch positions, posed as a convolution reads them.
+_POSITIONS = [
+    _CAPS + 'components=positions', _CAPS + 'pose_from=mean_plus_components'
+]
 
 #: Variant -> (description, model of the family it starts from, options).
 #: Every variant but the stock ones is the HGWCaps model with one setting
@@ -263,28 +267,16 @@ VARIANTS = {
     # types (docs/evidence.md); the pose reads every position, as the
     # convolution it replaces does. Its control fixes the plan.
     'positions': ('components are the patch positions (one shared map), '
-                  'pose of their mean plus their offsets', 'hgw', [
-                      _CAPS + 'components=positions',
-                      _CAPS + 'pose_from=mean_plus_components'
-                  ]),
+                  'pose of their mean plus their offsets', 'hgw', _POSITIONS),
     'positions_uniform': ('the positions variant under uniform routing', 'hgw',
-                          [
-                              _CAPS + 'components=positions',
-                              _CAPS + 'pose_from=mean_plus_components',
-                              _CAPS + 'routing=uniform'
-                          ]),
+                          _POSITIONS + [_CAPS + 'routing=uniform']),
     # The same with every component at unit root mean square, so that the
     # cross costs stay below their bound and the plan can see the input.
     'positions_norm': ('the positions variant with every component '
-                       'divided by its root mean square', 'hgw', [
-                           _CAPS + 'components=positions',
-                           _CAPS + 'pose_from=mean_plus_components',
-                           _CAPS + 'component_norm=True'
-                       ]),
+                       'divided by its root mean square', 'hgw',
+                       _POSITIONS + [_CAPS + 'component_norm=True']),
     'positions_norm_uniform': ('the positions_norm variant under uniform '
-                               'routing', 'hgw', [
-                                   _CAPS + 'components=positions',
-                                   _CAPS + 'pose_from=mean_plus_components',
+                               'routing', 'hgw', _POSITIONS + [
                                    _CAPS + 'component_norm=True',
                                    _CAPS + 'routing=uniform'
                                ]),

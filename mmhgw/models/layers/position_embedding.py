@@ -61,5 +61,4 @@ class PositionEmbedding(nn.Conv2d):
 
     def forward(self, x: Tensor) -> Tensor:
         embedded = F.conv2d(x, self.weight)
-        return self._conv_forward(embedded, self.select.to(embedded.dtype),
-                                  None)
+        return self._conv_forward(embedded, self.select, None)
