@@ -492,7 +492,9 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
         ('positions_norm_uniform', [
             'routing', 'pose_from', 'components', 'component_norm',
             'subcapsules', 'pose_weight'
-        ])
+        ]),
+        ('norm', ['component_norm']),
+        ('uniform_norm', ['routing', 'component_norm'])
     ])
 def test_capsule_variants_name_real_layer_arguments(study, variant, expected):
     # Each capsule variant's options, merged into the family's HGWCaps

@@ -275,11 +275,18 @@ VARIANTS = {
     'positions_norm': ('the positions variant with every component '
                        'divided by its root mean square', 'hgw',
                        _POSITIONS + [_CAPS + 'component_norm=True']),
-    'positions_norm_uniform': ('the positions_norm variant under uniform '
-                               'routing', 'hgw', _POSITIONS + [
-                                   _CAPS + 'component_norm=True',
-                                   _CAPS + 'routing=uniform'
-                               ]),
+    'positions_norm_uniform': (
+        'the positions_norm variant under uniform '
+        'routing', 'hgw', _POSITIONS +
+        [_CAPS + 'component_norm=True', _CAPS + 'routing=uniform']),
+    # The shipped components (one per input type) at unit root mean
+    # square: whether their length or their identity keeps the plan one
+    # grouping everywhere (docs/evidence.md).
+    'norm': ('every component divided by its root mean square', 'hgw',
+             [_CAPS + 'component_norm=True']),
+    'uniform_norm': ('the norm variant under uniform routing', 'hgw', [
+        _CAPS + 'component_norm=True', _CAPS + 'routing=uniform'
+    ]),
     'dec_only': ('capsules in the deepest decoder stage only, not also in '
                  'the deepest encoder stage (the paper\'s parameter share)',
                  'hgw', {
