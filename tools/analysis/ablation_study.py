@@ -164,6 +164,10 @@ _CAPS = 'model.backbone.hgw_cfg.'
 _POSITIONS = [
     _CAPS + 'components=positions', _CAPS + 'pose_from=mean_plus_components'
 ]
+#: The plan fixed at p q^T: every uniform control adds this to its variant.
+_UNIFORM = [_CAPS + 'routing=uniform']
+#: Every component at unit root mean square.
+_NORM = [_CAPS + 'component_norm=True']
 
 #: Variant -> (description, model of the family it starts from, options).
 #: Every variant but the stock ones is the HGWCaps model with one setting
@@ -176,7 +180,7 @@ VARIANTS = {
                []),
     'hgw': ('HGW routing, the shipped defaults', 'hgw', []),
     'uniform': ('uniform routing (plan p q^T, no optimal transport)', 'hgw',
-                [_CAPS + 'routing=uniform']),
+                _UNIFORM),
     'ablA': ('A: entropic regulariser H(T) instead of the proximal KL', 'hgw',
              [_CAPS + 'solver_cfg.regularizer=entropic']),
     'ablB': ('B: no regulariser E', 'hgw', [_CAPS + 'reg_weight=0.0']),
@@ -250,13 +254,12 @@ VARIANTS = {
     'planpose_gain025': ('pose map of the plan\'s barycentric parts, the map '
                          'drawn at a quarter of the default scale', 'hgw',
                          [_CAPS + 'pose_from=plan', _CAPS + 'pose_gain=0.25']),
-    'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw', [
-        _CAPS + 'routing=uniform', _CAPS + 'reg_scope=layer'
-    ]),
+    'uniform_reg_layer': ('uniform routing, E on the embeddings only', 'hgw',
+                          _UNIFORM + [_CAPS + 'reg_scope=layer']),
     'align': ('alignment term of Eq. 27 at weight 1', 'hgw',
               [_CAPS + 'align_weight=1.0']),
     'uniform_align': ('uniform routing, alignment term at weight 1', 'hgw',
-                      [_CAPS + 'routing=uniform', _CAPS + 'align_weight=1.0']),
+                      _UNIFORM + [_CAPS + 'align_weight=1.0']),
     'align_hard': ('alignment term at weight 1, shares at temperature 0.01 '
                    '(the best-aligned type takes it)', 'hgw', [
                        _CAPS + 'align_weight=1.0',
@@ -269,24 +272,21 @@ VARIANTS = {
     'positions': ('components are the patch positions (one shared map), '
                   'pose of their mean plus their offsets', 'hgw', _POSITIONS),
     'positions_uniform': ('the positions variant under uniform routing', 'hgw',
-                          _POSITIONS + [_CAPS + 'routing=uniform']),
+                          _POSITIONS + _UNIFORM),
     # The same with every component at unit root mean square, so that the
     # cross costs stay below their bound and the plan can see the input.
     'positions_norm': ('the positions variant with every component '
                        'divided by its root mean square', 'hgw',
-                       _POSITIONS + [_CAPS + 'component_norm=True']),
-    'positions_norm_uniform': (
-        'the positions_norm variant under uniform '
-        'routing', 'hgw', _POSITIONS +
-        [_CAPS + 'component_norm=True', _CAPS + 'routing=uniform']),
+                       _POSITIONS + _NORM),
+    'positions_norm_uniform': ('the positions_norm variant under uniform '
+                               'routing', 'hgw',
+                               _POSITIONS + _NORM + _UNIFORM),
     # The shipped components (one per input type) at unit root mean
     # square: whether their length or their identity keeps the plan one
     # grouping everywhere (docs/evidence.md).
-    'norm': ('every component divided by its root mean square', 'hgw',
-             [_CAPS + 'component_norm=True']),
-    'uniform_norm': ('the norm variant under uniform routing', 'hgw', [
-        _CAPS + 'component_norm=True', _CAPS + 'routing=uniform'
-    ]),
+    'norm': ('every component divided by its root mean square', 'hgw', _NORM),
+    'uniform_norm': ('the norm variant under uniform routing', 'hgw',
+                     _NORM + _UNIFORM),
     'dec_only': ('capsules in the deepest decoder stage only, not also in '
                  'the deepest encoder stage (the paper\'s parameter share)',
                  'hgw', {
