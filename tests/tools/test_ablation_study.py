@@ -493,6 +493,10 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
             'routing', 'pose_from', 'components', 'component_norm',
             'subcapsules', 'pose_weight'
         ]),
+        ('positions_norm_plan', [
+            'pose_from', 'components', 'component_norm', 'subcapsules',
+            'pose_weight'
+        ]),
         ('norm', ['component_norm']),
         ('uniform_norm', ['routing', 'component_norm'])
     ])

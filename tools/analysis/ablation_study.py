@@ -281,6 +281,18 @@ VARIANTS = {
     'positions_norm_uniform': ('the positions_norm variant under uniform '
                                'routing', 'hgw',
                                _POSITIONS + _NORM + _UNIFORM),
+    # Whether the matching earns its place once it also shapes the pose:
+    # the positions_norm layer plus what the plan gathers from the patch's
+    # positions into each part (a map zero at the start). Under uniform
+    # routing the gathered parts are the mean and add nothing, so its
+    # control is positions_norm_uniform.
+    'positions_norm_plan': ('the positions_norm variant plus a pose map, '
+                            'zero at the start, of the plan\'s parts\' '
+                            'offsets from the mean', 'hgw', [
+                                _CAPS + 'components=positions',
+                                _CAPS + 'pose_from='
+                                'mean_plus_components_plus_plan'
+                            ] + _NORM),
     # The shipped components (one per input type) at unit root mean
     # square: whether their length or their identity keeps the plan one
     # grouping everywhere (docs/evidence.md).

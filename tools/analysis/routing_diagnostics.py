@@ -21,8 +21,9 @@ its data, prints and writes as JSON:
   one plan per output type for every location, follow the HGW distances);
   how far the plan's barycentric parts lie from the
   components' mean (the parts of the default pose) and, for layers with
-  ``pose_from='mean_plus_plan'`` (``'mean_plus_components'``), how large
-  the pose of the parts' (components') offsets is beside the mean's pose;
+  ``pose_from='mean_plus_plan'`` (``'mean_plus_components'``, or both),
+  how large the pose of the parts' (components') offsets is beside the
+  mean's pose;
 - per part of the network (backbone stages before, at and after the
   capsules; heads): the gradient norm of the task loss alone and of the
   task loss with the regulariser E, so that one sees which parameters E
@@ -83,7 +84,8 @@ def part_offsets(layer, X_p, plan) -> dict:
     ``offset_pose_share``: the same ratio of the offsets' pose
     ``W_r (parts - m)`` to the mean's pose ``W m``, i.e. how much of the
     layer's pose the task has opened to the plan; with
-    ``'mean_plus_components'``, the same of the components' offsets' pose.
+    ``'mean_plus_components'``, the same of the components' offsets' pose;
+    with both, of the two offsets' poses together.
     """
     from mmhgw.models.layers.hgw_caps import component_offset_pose, mean_pose
     from mmhgw.ops import pose_map
@@ -94,11 +96,13 @@ def part_offsets(layer, X_p, plan) -> dict:
     out = dict(plan_part_offset=(offset.flatten(-2).norm(dim=-1).sum() /
                                  mean.expand_as(parts).flatten(-2).norm(
                                      dim=-1).sum().clamp_min(1e-30)).item())
-    if layer.pose_from == 'mean_plus_plan':
-        extra = pose_map(offset, layer.plan_pose_weight)
-    elif layer.pose_from == 'mean_plus_components':
-        extra = component_offset_pose(X_p, layer.component_pose_weight)
-    else:
+    extra = 0
+    if layer._pose_adds('plan'):
+        extra = extra + pose_map(offset, layer.plan_pose_weight)
+    if layer._pose_adds('components'):
+        extra = extra + component_offset_pose(X_p,
+                                              layer.component_pose_weight)
+    if not torch.is_tensor(extra):
         return out
     base = mean_pose(X_p, layer.pose_weight).norm(dim=-1).sum()
     out['offset_pose_share'] = (extra.norm(dim=-1).sum() /

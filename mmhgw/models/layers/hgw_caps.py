@@ -114,7 +114,7 @@ class HGWCaps(BaseModule):
        backward); with ``pose_from='mean_plus_plan'`` the mean's pose plus
        a second map of the barycentric parts' offsets from the mean, zero
        at construction (``'mean_plus_components'``: of the components'
-       offsets, no plan).
+       offsets, no plan; ``'mean_plus_components_plus_plan'``: both).
     6. In training, the regulariser ``E = reg_weight * (L(K_pp, C_obs_p) +
        L(K_qq, C_obs_q))`` (Eq. reg; KL loss averaged over off-diagonal
        entries, see :func:`kl_off_diagonal`; ``C_obs`` as the fixed target)
@@ -201,6 +201,12 @@ class HGWCaps(BaseModule):
             plan's parts: what the mean leaves out, reached without a
             plan; the control of ``'mean_plus_plan'``. Neither is ahead of
             ``'mean'`` on real data (docs/evidence.md): options, not defaults.
+            ``'mean_plus_components_plus_plan'``: the mean's pose plus both
+            offsets' poses, each through its own map: with
+            ``components='positions'``, the convolution's reading of the
+            patch plus what the plan gathers from its positions into each
+            part (under uniform routing, the pose of
+            ``'mean_plus_components'``).
         reg_scope: what E trains. ``'network'``: E's gradient flows
             through the components into the layer's input, hence into every
             layer before it. ``'layer'``: E sees the components of the
@@ -364,10 +370,10 @@ class HGWCaps(BaseModule):
             (pose_gain / math.sqrt(num_parts * part_dim)))
         # Zeros draw nothing from the generator: the other parameters are
         # those of the default layer built under the same seed.
-        if pose_from == 'mean_plus_plan':
+        if self._pose_adds('plan'):
             self.plan_pose_weight = nn.Parameter(
                 torch.zeros_like(self.pose_weight))
-        elif pose_from == 'mean_plus_components':
+        if self._pose_adds('components'):
             self.component_pose_weight = nn.Parameter(
                 torch.zeros(out_types, self.num_components * part_dim,
                             self.out_dim))
@@ -631,12 +637,18 @@ class HGWCaps(BaseModule):
         pose = self._pose(X_p, plan_pose)
         return self._output(self._capsules(pose, dist), size), reg, dist
 
+    def _pose_adds(self, source: str) -> bool:
+        """Whether the pose is the mean's plus the offsets of ``source``
+        (``'plan'`` or ``'components'``) through a map of their own."""
+        return (self.pose_from.startswith('mean_plus_')
+                and source in self.pose_from.split('_plus_'))
+
     def _pose_reads_plan(self) -> bool:
-        return self.pose_from in ('plan', 'mean_plus_plan')
+        return self.pose_from == 'plan' or self._pose_adds('plan')
 
     def _plan_pose_map(self) -> Tensor:
         """The pose map the plan's barycentric parts go through."""
-        if self.pose_from == 'mean_plus_plan':
+        if self._pose_adds('plan'):
             return self.plan_pose_weight
         return self.pose_weight
 
@@ -646,15 +658,17 @@ class HGWCaps(BaseModule):
         :meth:`_plan_pose_map` (unused unless the pose reads the plan)."""
         if self.pose_from == 'plan':
             return plan_pose
-        if self.pose_from == 'mean':
-            return mean_pose(X_p, self.pose_weight)
-        if self.pose_from == 'mean_plus_components':
-            return mean_pose(X_p, self.pose_weight) + component_offset_pose(
-                X_p, self.component_pose_weight)
-        # W m + W_r (parts - m) = W_r parts + (W - W_r) m: the pose maps
-        # are linear, so the mean's pose is formed once.
-        return plan_pose + mean_pose(X_p,
-                                     self.pose_weight - self.plan_pose_weight)
+        if self._pose_adds('plan'):
+            # W m + W_r (parts - m) = W_r parts + (W - W_r) m: the pose
+            # maps are linear, so the mean's pose is formed once.
+            pose = plan_pose + mean_pose(
+                X_p, self.pose_weight - self.plan_pose_weight)
+        else:
+            pose = mean_pose(X_p, self.pose_weight)
+        if self._pose_adds('components'):
+            pose = pose + component_offset_pose(X_p,
+                                                self.component_pose_weight)
+        return pose
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Every way a checkpoint reaches the layer (load_from, resume,

@@ -106,7 +106,8 @@ def build_solver_cfg(solver_cfg: dict) -> dict:
 COMPONENTS = ('types', 'positions')
 
 #: What the pose map reads (``HGWCaps(pose_from=...)``).
-POSE_SOURCES = ('plan', 'mean', 'mean_plus_plan', 'mean_plus_components')
+POSE_SOURCES = ('plan', 'mean', 'mean_plus_plan', 'mean_plus_components',
+                'mean_plus_components_plus_plan')
 
 #: (what the message says is expected, the test) of the layer's numbers;
 #: written so that NaN fails too (every comparison with NaN is False).

@@ -13,7 +13,8 @@ from torch.utils.checkpoint import checkpoint
 import mmhgw  # noqa: F401
 from mmhgw.models import CapsulePool, HGWCaps
 from mmhgw.models.layers import zipf_structure
-from mmhgw.models.layers.hgw_caps import alignment, mean_pose
+from mmhgw.models.layers.hgw_caps import (alignment, component_offset_pose,
+                                         mean_pose)
 from mmhgw.ops import cpp_available, pose_map
 
 SMALL = dict(in_types=4, out_types=4, num_parts=3, part_dim=4)
@@ -767,6 +768,56 @@ def test_mean_plus_plan_pose_starts_as_the_mean_and_learns_the_offsets(grad):
     fresh = small_caps(pose_from='mean_plus_plan', solver_cfg=solver).train()
     fresh(x).pow(2).sum().backward()
     assert fresh.plan_pose_weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize('components', ['types', 'positions'])
+def test_mean_plus_components_plus_plan_pose_sums_both_offsets(components):
+    """``pose_from='mean_plus_components_plus_plan'``: fresh, the default
+    layer; with both maps set, the mean's pose plus the components'
+    offsets' pose plus the plan's parts' offsets' pose, each through its
+    own map; under uniform routing the layer of ``'mean_plus_components'``
+    (the plan's parts are the mean); the task trains both maps."""
+    x = torch.randn(2, 16, 5, 4)
+    kw = dict(components=components, component_norm=True)
+    mean = small_caps(pose_from='mean', **kw).eval()
+    both = small_caps(pose_from='mean_plus_components_plus_plan', **kw).eval()
+    plus = small_caps(pose_from='mean_plus_plan', **kw).eval()
+    comps = small_caps(pose_from='mean_plus_components', **kw).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(both(x), mean(x))
+        W_r = torch.randn_like(both.plan_pose_weight)
+        W_c = torch.randn_like(both.component_pose_weight)
+        both.plan_pose_weight.copy_(W_r)
+        both.component_pose_weight.copy_(W_c)
+        plus.plan_pose_weight.copy_(W_r)
+        comps.component_pose_weight.copy_(W_c)
+        X_p, _ = both._components(x)
+        s = both._structures(X_p, both._observed_p(x))
+        _, parts, _ = both._solve(X_p, s)
+        expect = (mean_pose(X_p, both.pose_weight) +
+                  pose_map(parts - X_p.mean(-2)[:, :, None, None], W_r) +
+                  component_offset_pose(X_p, W_c))
+        out, _, dist = both.forward_terms(x)
+        torch.testing.assert_close(dist, plus.forward_terms(x)[2])
+        torch.testing.assert_close(
+            out, both._output(both._capsules(expect, dist), (5, 4)),
+            rtol=1e-4, atol=1e-5)
+        uniform = small_caps(routing='uniform',
+                             pose_from='mean_plus_components_plus_plan',
+                             **kw).eval()
+        uniform_comps = small_caps(routing='uniform',
+                                   pose_from='mean_plus_components',
+                                   **kw).eval()
+        uniform.plan_pose_weight.copy_(W_r)
+        uniform.component_pose_weight.copy_(W_c)
+        uniform_comps.component_pose_weight.copy_(W_c)
+        torch.testing.assert_close(uniform(x), uniform_comps(x), rtol=1e-4,
+                                   atol=1e-5)
+    fresh = small_caps(pose_from='mean_plus_components_plus_plan',
+                       **kw).train()
+    fresh(x).pow(2).sum().backward()
+    assert fresh.plan_pose_weight.grad.abs().sum() > 0
+    assert fresh.component_pose_weight.grad.abs().sum() > 0
 
 
 def test_mean_plus_components_pose_reads_every_component_without_a_plan():
