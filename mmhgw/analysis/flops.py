@@ -66,7 +66,7 @@ ZERO_COST_OPS = tuple(
                  'gather', 'topk', 'sort', 'argmax', 'nonzero', 'detach',
                  'alias', 'resolve_conj', 'resolve_neg', 'isfinite', 'isnan',
                  'isinf', '__or__', '__and__', 'bitwise_or', 'bitwise_and',
-                 'logical_or', 'logical_and'))
+                 'logical_or', 'logical_and', 'pad', 'constant_pad_nd'))
 
 #: Op kinds, as FlopAnalyzer names them in ``by_operator``, whose count is
 #: multiply-adds of a product.

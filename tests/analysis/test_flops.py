@@ -67,6 +67,17 @@ def test_every_op_of_the_hgw_layer_is_counted():
     assert report.elementwise > 0.3 * report.total
 
 
+@pytest.mark.parametrize('components', ['types', 'positions'])
+@pytest.mark.parametrize('padding_mode', ['zeros', 'reflect'])
+def test_every_op_of_a_padded_layer_is_counted(components, padding_mode):
+    # A padding mode other than zeros pads the input before the embedding
+    # convolution: a copy, counted as such.
+    layer = small_layer(components=components, padding_mode=padding_mode)
+    report = count_flops(layer, (torch.randn(1, 32, 6, 6), ))
+    assert report.unsupported == {}
+    assert report.hgw == report.total > 0
+
+
 def test_each_proximal_step_adds_the_same_work():
     """The count follows the iterations: linear in outer_iters, and above
     the uniform routing (no solver) by more than the plan products."""

@@ -14,6 +14,7 @@ pytest.importorskip('onnxruntime')
 import onnx  # noqa: E402
 
 from mmhgw.deployment import NotExportableError, export_onnx  # noqa: E402
+from mmhgw.models import HGWCaps  # noqa: E402
 from mmhgw.models.backbones import HGWCapsResNet  # noqa: E402
 from tools.deployment.pytorch2onnx import main  # noqa: E402
 
@@ -100,6 +101,25 @@ class DataDependent(torch.nn.Module):
 
     def forward(self, x):
         return x if x.sum() > 0 else -x
+
+
+def test_position_components_export_at_the_default_opset(tmp_path):
+    # Their patch copy keeps zero padding inside a convolution: no Pad node
+    # that the version converter could not take down to opset 17.
+    from mmhgw.deployment import run_onnx
+    torch.manual_seed(0)
+    layer = HGWCaps(16, 8, 3, padding=1, in_types=4, out_types=4, num_parts=3,
+                    part_dim=4, components='positions',
+                    pose_from='mean_plus_components', component_norm=True,
+                    solver_cfg=dict(outer_iters=1, inner_iters=2)).eval()
+    torch.nn.init.normal_(layer.component_pose_weight)
+    x = torch.randn(1, 16, 6, 7)
+    path = str(tmp_path / 'layer.onnx')
+    standard_only(export_onnx(layer, (x, ), path), 17)
+    with torch.no_grad():
+        expected = layer(x)
+    torch.testing.assert_close(torch.as_tensor(run_onnx(path, [x])[0]),
+                               expected, rtol=1e-4, atol=1e-5)
 
 
 def test_an_untraceable_model_is_refused_naming_it(tmp_path):

@@ -100,8 +100,7 @@ def part_offsets(layer, X_p, plan) -> dict:
     if layer._pose_adds('plan'):
         extra = extra + pose_map(offset, layer.plan_pose_weight)
     if layer._pose_adds('components'):
-        extra = extra + component_offset_pose(X_p,
-                                              layer.component_pose_weight)
+        extra = extra + component_offset_pose(X_p, layer.component_pose_weight)
     if not torch.is_tensor(extra):
         return out
     base = mean_pose(X_p, layer.pose_weight).norm(dim=-1).sum()

@@ -23,7 +23,13 @@ class PositionEmbedding(nn.Conv2d):
     of the embedded map: padding the embedded map equals embedding the
     padded input, since ``W`` is linear without bias, for every padding
     mode. ``weight`` is ``W`` as a [part_dim, in_channels, 1, 1] kernel,
-    drawn as ``nn.Conv2d`` draws a 1 x 1 kernel.
+    drawn as ``nn.Conv2d`` draws a 1 x 1 kernel. The copy is a convolution
+    rather than an unfold, which would gather without multiplying, because
+    a convolution keeps zero padding inside the op: the layer then exports
+    to ONNX at opset 17, where an unfold's padding becomes a ``Pad`` node
+    that the ONNX version converter cannot take below opset 18; its
+    ``part_dim (k_h k_w)^2`` multiply-adds per location are a small part
+    of the layer's (:mod:`mmhgw.analysis.flops` counts them).
 
     The output [B, part_dim * k_h k_w, H', W'] is part-major: channel
     ``c * k_h k_w + i`` is part ``c`` of position ``i`` (row-major in the

@@ -14,7 +14,7 @@ import mmhgw  # noqa: F401
 from mmhgw.models import CapsulePool, HGWCaps
 from mmhgw.models.layers import zipf_structure
 from mmhgw.models.layers.hgw_caps import (alignment, component_offset_pose,
-                                         mean_pose)
+                                          mean_pose)
 from mmhgw.ops import cpp_available, pose_map
 
 SMALL = dict(in_types=4, out_types=4, num_parts=3, part_dim=4)
@@ -800,8 +800,8 @@ def test_mean_plus_components_plus_plan_pose_sums_both_offsets(components):
         out, _, dist = both.forward_terms(x)
         torch.testing.assert_close(dist, plus.forward_terms(x)[2])
         torch.testing.assert_close(
-            out, both._output(both._capsules(expect, dist), (5, 4)),
-            rtol=1e-4, atol=1e-5)
+            out, both._output(both._capsules(expect, dist), (5, 4)), rtol=1e-4,
+            atol=1e-5)
         uniform = small_caps(routing='uniform',
                              pose_from='mean_plus_components_plus_plan',
                              **kw).eval()
