@@ -136,6 +136,30 @@ def test_part_offsets_by_hand():
     assert part_offsets(layer, X_p, hard)['offset_pose_share'] > 0
 
 
+def test_part_offsets_of_both_offset_poses():
+    # Each source's share is that of the layer adding it alone with the
+    # same map; the total is that of the two poses' sum.
+    both = _small_layer(pose_from='mean_plus_components_plus_plan')
+    plus = _small_layer(pose_from='mean_plus_plan')
+    comps = _small_layer(pose_from='mean_plus_components')
+    with torch.no_grad():
+        for layer in (both, plus):
+            layer.plan_pose_weight.copy_(layer.pose_weight)
+        for layer in (both, comps):
+            layer.component_pose_weight.normal_(
+                generator=torch.Generator().manual_seed(1))
+        X_p = torch.randn(2, 5, 4, 4)
+        plan = torch.softmax(torch.randn(2, 5, 4, 4, 3).flatten(-2),
+                             -1).view(2, 5, 4, 4, 3)
+        got = part_offsets(both, X_p, plan)
+    assert got['plan_offset_pose_share'] == pytest.approx(
+        part_offsets(plus, X_p, plan)['offset_pose_share'])
+    assert got['component_offset_pose_share'] == pytest.approx(
+        part_offsets(comps, X_p, plan)['offset_pose_share'])
+    assert 0 < got['offset_pose_share'] <= (got['plan_offset_pose_share'] +
+                                            got['component_offset_pose_share'])
+
+
 def _small_layer(**kwargs):
     from mmhgw.models import HGWCaps
     torch.manual_seed(0)

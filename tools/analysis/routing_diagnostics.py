@@ -85,7 +85,8 @@ def part_offsets(layer, X_p, plan) -> dict:
     ``W_r (parts - m)`` to the mean's pose ``W m``, i.e. how much of the
     layer's pose the task has opened to the plan; with
     ``'mean_plus_components'``, the same of the components' offsets' pose;
-    with both, of the two offsets' poses together.
+    with both, of the two offsets' poses together, and each alone as
+    ``plan_offset_pose_share`` and ``component_offset_pose_share``.
     """
     from mmhgw.models.layers.hgw_caps import component_offset_pose, mean_pose
     from mmhgw.ops import pose_map
@@ -96,16 +97,25 @@ def part_offsets(layer, X_p, plan) -> dict:
     out = dict(plan_part_offset=(offset.flatten(-2).norm(dim=-1).sum() /
                                  mean.expand_as(parts).flatten(-2).norm(
                                      dim=-1).sum().clamp_min(1e-30)).item())
-    extra = 0
+    extras = {}
     if layer._pose_adds('plan'):
-        extra = extra + pose_map(offset, layer.plan_pose_weight)
+        extras['plan'] = pose_map(offset, layer.plan_pose_weight)
     if layer._pose_adds('components'):
-        extra = extra + component_offset_pose(X_p, layer.component_pose_weight)
-    if not torch.is_tensor(extra):
+        extras['component'] = component_offset_pose(
+            X_p, layer.component_pose_weight)
+    if not extras:
         return out
-    base = mean_pose(X_p, layer.pose_weight).norm(dim=-1).sum()
-    out['offset_pose_share'] = (extra.norm(dim=-1).sum() /
-                                base.clamp_min(1e-30)).item()
+    base = mean_pose(X_p,
+                     layer.pose_weight).norm(dim=-1).sum().clamp_min(1e-30)
+
+    def share(pose):
+        return (pose.norm(dim=-1).sum() / base).item()
+
+    out['offset_pose_share'] = share(sum(extras.values()))
+    if len(extras) > 1:
+        out.update(
+            {f'{k}_offset_pose_share': share(v)
+             for k, v in extras.items()})
     return out
 
 
