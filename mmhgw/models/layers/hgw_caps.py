@@ -206,7 +206,9 @@ class HGWCaps(BaseModule):
             ``components='positions'``, the convolution's reading of the
             patch plus what the plan gathers from its positions into each
             part (under uniform routing, the pose of
-            ``'mean_plus_components'``).
+            ``'mean_plus_components'``). On real data the networks then
+            rely on the plan more, but score as with
+            ``'mean_plus_components'`` (docs/evidence.md): an option.
         reg_scope: what E trains. ``'network'``: E's gradient flows
             through the components into the layer's input, hence into every
             layer before it. ``'layer'``: E sees the components of the
