@@ -282,7 +282,11 @@ class HGWCaps(BaseModule):
             plan must match anew at every location. The mean of the
             positions is a box filter, so this pairs with
             ``pose_from='mean_plus_components'`` (the pose then reads every
-            position, as a convolution does). Needs the default
+            position, as a convolution does). At unit length
+            (``component_norm``) the networks use what the input changes
+            in the plan, but on the built-in lesion set they lose to
+            ``'types'`` far beyond the seed spread (docs/evidence.md): an
+            option. Needs the default
             ``conv_cfg`` and an observed structure other than
             ``'counts'`` (which counts input types).
         component_norm: divide every component by its root mean square
