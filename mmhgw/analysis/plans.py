@@ -77,7 +77,7 @@ def route_at_plan(layer, plan: Tensor) -> None:
     distances, hence its activations, come from that one plan per output
     type; its components, structures and poses are its own. For test-time
     analysis (no regulariser, no alignment term)."""
-    if layer._pose_reads_plan():
+    if layer.pose_reads_plan:
         raise ValueError('route_at_plan needs a layer whose pose does not '
                          f'read the plan, got pose_from={layer.pose_from!r}')
     expected = (layer.out_types, layer.num_components, layer.num_parts)

@@ -98,9 +98,9 @@ def part_offsets(layer, X_p, plan) -> dict:
                                  mean.expand_as(parts).flatten(-2).norm(
                                      dim=-1).sum().clamp_min(1e-30)).item())
     extras = {}
-    if layer._pose_adds('plan'):
+    if 'plan' in layer.pose_offsets:
         extras['plan'] = pose_map(offset, layer.plan_pose_weight)
-    if layer._pose_adds('components'):
+    if 'components' in layer.pose_offsets:
         extras['component'] = component_offset_pose(
             X_p, layer.component_pose_weight)
     if not extras:

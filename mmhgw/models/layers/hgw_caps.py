@@ -344,6 +344,10 @@ class HGWCaps(BaseModule):
                                        None else align_temperature)
         self.temperature = float(temperature)
         self.pose_from = pose_from
+        #: The offsets the pose adds to the mean's, each through a map of
+        #: its own: ``'plan'`` (the plan's parts), ``'components'`` (the
+        #: components'); empty unless ``pose_from`` is a ``mean_plus_`` one.
+        self.pose_offsets = frozenset(pose_from.split('_plus_')[1:])
         self.beta_final = float(beta)
         self.register_buffer('beta', torch.tensor(float(beta)))
         #: Factor of the optimiser wrapper on the loss, applied to the
@@ -376,10 +380,10 @@ class HGWCaps(BaseModule):
             (pose_gain / math.sqrt(num_parts * part_dim)))
         # Zeros draw nothing from the generator: the other parameters are
         # those of the default layer built under the same seed.
-        if self._pose_adds('plan'):
+        if 'plan' in self.pose_offsets:
             self.plan_pose_weight = nn.Parameter(
                 torch.zeros_like(self.pose_weight))
-        if self._pose_adds('components'):
+        if 'components' in self.pose_offsets:
             self.component_pose_weight = nn.Parameter(
                 torch.zeros(out_types, self.num_components * part_dim,
                             self.out_dim))
@@ -638,23 +642,20 @@ class HGWCaps(BaseModule):
                 dist, plan_pose = hgw_routing(
                     X_p, self.subcapsules, factors, self.beta.to(X_p.dtype),
                     pose_weight=self._plan_pose_map(),
-                    distance_only=not self._pose_reads_plan(),
+                    distance_only=not self.pose_reads_plan,
                     **self.routing_options())
         pose = self._pose(X_p, plan_pose)
         return self._output(self._capsules(pose, dist), size), reg, dist
 
-    def _pose_adds(self, source: str) -> bool:
-        """Whether the pose is the mean's plus the offsets of ``source``
-        (``'plan'`` or ``'components'``) through a map of their own."""
-        return (self.pose_from.startswith('mean_plus_')
-                and source in self.pose_from.split('_plus_'))
-
-    def _pose_reads_plan(self) -> bool:
-        return self.pose_from == 'plan' or self._pose_adds('plan')
+    @property
+    def pose_reads_plan(self) -> bool:
+        """Whether the pose reads the plan's barycentric parts (otherwise
+        the distances are all the layer needs of the solve)."""
+        return self.pose_from == 'plan' or 'plan' in self.pose_offsets
 
     def _plan_pose_map(self) -> Tensor:
         """The pose map the plan's barycentric parts go through."""
-        if self._pose_adds('plan'):
+        if 'plan' in self.pose_offsets:
             return self.plan_pose_weight
         return self.pose_weight
 
@@ -664,14 +665,14 @@ class HGWCaps(BaseModule):
         :meth:`_plan_pose_map` (unused unless the pose reads the plan)."""
         if self.pose_from == 'plan':
             return plan_pose
-        if self._pose_adds('plan'):
+        if 'plan' in self.pose_offsets:
             # W m + W_r (parts - m) = W_r parts + (W - W_r) m: the pose
             # maps are linear, so the mean's pose is formed once.
             pose = plan_pose + mean_pose(
                 X_p, self.pose_weight - self.plan_pose_weight)
         else:
             pose = mean_pose(X_p, self.pose_weight)
-        if self._pose_adds('components'):
+        if 'components' in self.pose_offsets:
             pose = pose + component_offset_pose(X_p,
                                                 self.component_pose_weight)
         return pose

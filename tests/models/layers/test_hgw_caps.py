@@ -820,6 +820,24 @@ def test_mean_plus_components_plus_plan_pose_sums_both_offsets(components):
     assert fresh.component_pose_weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize(
+    'pose_from,offsets,reads_plan',
+    [('mean', set(), False), ('plan', set(), True),
+     ('mean_plus_plan', {'plan'}, True),
+     ('mean_plus_components', {'components'}, False),
+     ('mean_plus_components_plus_plan', {'plan', 'components'}, True)])
+def test_pose_offsets_name_the_maps_the_layer_builds(pose_from, offsets,
+                                                     reads_plan):
+    """``pose_offsets`` and ``pose_reads_plan`` say which offset maps exist
+    and whether the solve must give the plan's parts (the analysis tools
+    read them), for every ``pose_from``."""
+    layer = small_caps(pose_from=pose_from)
+    assert layer.pose_offsets == offsets
+    assert layer.pose_reads_plan == reads_plan
+    assert hasattr(layer, 'plan_pose_weight') == ('plan' in offsets)
+    assert hasattr(layer, 'component_pose_weight') == ('components' in offsets)
+
+
 def test_mean_plus_components_pose_reads_every_component_without_a_plan():
     """``pose_from='mean_plus_components'``, the control without a plan:
     fresh, the default layer; with its map set, the mean's pose plus the
