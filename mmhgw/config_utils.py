@@ -137,13 +137,35 @@ def add_score_args(parser):
 
 
 def check_model_args(parser, models):
-    """Refuse a ``--model`` whose config or checkpoint is not a file,
-    naming the model and the path."""
+    """Refuse a ``--model`` whose config or checkpoint is not a file, or
+    whose checkpoint another ``--model`` names too (one trained model would
+    count as two seeds), naming the model and the path."""
     import os.path as osp
+    owners = {}
     for label, config, checkpoint in models:
         for path, what in ((config, 'config'), (checkpoint, 'checkpoint')):
             if not osp.isfile(path):
                 parser.error(f'--model {label}: {what} {path} not found')
+        key = osp.realpath(checkpoint)
+        if key in owners:
+            parser.error(f'--model {label}: checkpoint {checkpoint} is '
+                         f'already given for --model {owners[key]}; give '
+                         'each trained model once')
+        owners[key] = label
+
+
+def check_unique(parser, args, *dests):
+    """Refuse a list option (by its ``dest``) that names one value twice,
+    as ``--seeds 0 0``: each value is a run or a row of a report, and a
+    value named twice would be counted twice (a narrower interval from the
+    same data)."""
+    for dest in dests:
+        seen = set()
+        for value in getattr(args, dest) or ():
+            if value in seen:
+                parser.error(f'--{dest.replace("_", "-")} names {value!r} '
+                             'twice; give each value once')
+            seen.add(value)
 
 
 def add_runner_args(parser):

@@ -119,3 +119,13 @@ def seg_checkpoint(seg_config, tmp_path):
     path = tmp_path / 'model.pth'
     torch.save(dict(state_dict=model.state_dict(), meta={}), path)
     return str(path)
+
+
+@pytest.fixture
+def seg_checkpoint_copy(seg_checkpoint, tmp_path):
+    """Another file with ``seg_checkpoint``'s weights: a second trained
+    model for the tools that refuse one checkpoint given twice."""
+    import shutil
+    path = tmp_path / 'model_copy.pth'
+    shutil.copy(seg_checkpoint, path)
+    return str(path)

@@ -43,7 +43,7 @@ def test_bad_maps_are_refused():
 
 
 def test_models_score_and_a_misfitting_checkpoint_is_refused(
-        seg_config, seg_checkpoint, tmp_path, capsys):
+        seg_config, seg_checkpoint, seg_checkpoint_copy, tmp_path, capsys):
     from mmhgw.datasets.synthetic import make_isic_arrangements
     from mmhgw.engine.hooks.checkpoint_fit import CheckpointMismatch
     from tools.analysis.part_scores import main
@@ -69,6 +69,6 @@ def test_models_score_and_a_misfitting_checkpoint_is_refused(
     with pytest.raises(SystemExit):
         main([
             data, '--model', 'a', seg_config, seg_checkpoint, '--model', 'a',
-            seg_config, seg_checkpoint
+            seg_config, seg_checkpoint_copy
         ])
     assert '--model labels must differ' in capsys.readouterr().err

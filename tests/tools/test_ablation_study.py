@@ -344,6 +344,8 @@ def test_deeplabv3plus_family_narrows_its_stock_model_to_hgw_parameters(study):
     (['--family', 'deeplabv3plus', '--variants', 'hgw', 'dec_only'
       ], "variant 'dec_only' exists for the models ['unet']"),
     (['--family', 'crop128', '--tasks', 'det'], "no 'det' task"),
+    (['--seeds', '0', '1', '0'], '--seeds names 0 twice'),
+    (['--variants', 'hgw', 'uniform', 'hgw'], "--variants names 'hgw' twice"),
 ])
 def test_base_channels_is_checked(study, monkeypatch, capsys, argv, message):
     monkeypatch.setattr(sys, 'argv', ['ablation_study.py', *argv])

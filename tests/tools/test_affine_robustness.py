@@ -25,11 +25,12 @@ def test_warp_goes_after_every_loader():
         warped_pipeline([dict(type='Resize')], warp)
 
 
-def test_sweep_writes_curves(seg_config, seg_checkpoint, tmp_path):
+def test_sweep_writes_curves(seg_config, seg_checkpoint, seg_checkpoint_copy,
+                             tmp_path):
     out, image = tmp_path / 'rot.json', tmp_path / 'rot.png'
     main([
         '--model', 'a', seg_config, seg_checkpoint, '--model', 'a', seg_config,
-        seg_checkpoint, '--sweep', 'rotation', '--values', '0', '45',
+        seg_checkpoint_copy, '--sweep', 'rotation', '--values', '0', '45',
         '--metric', 'mIoU', 'mDice', '--out',
         str(out), '--image',
         str(image)
@@ -213,6 +214,17 @@ def test_refusals_come_before_any_model_runs(tmp_path, monkeypatch):
         main([*model, '--merge', earlier])
     with pytest.raises(ValueError, match='--metric'):
         main([*model, '--merge', earlier, '--metric', 'mDice'])
+
+
+def test_a_value_named_twice_is_refused(tmp_path, capsys):
+    """A sweep value named twice would count its models twice."""
+    with pytest.raises(SystemExit):
+        main([
+            '--model', 'x', __file__, __file__, '--values', '0', '30', '0',
+            '--out',
+            str(tmp_path / 'x.json')
+        ])
+    assert '--values names 0.0 twice' in capsys.readouterr().err
 
 
 def test_option_that_would_set_nothing_is_refused(seg_config, seg_checkpoint):

@@ -247,6 +247,7 @@ def test_grid_report_pairs_the_scores_by_seed():
     (['--test-ranges', '-5'], '--test-ranges must be finite half-widths'),
     (['--pool', 'a.json', '--grid', 'b.json'], '--pool and --grid are two'),
     (['--capsule-layers', '4'], '--capsule-layers must be 1 to 3, got 4'),
+    (['--seeds', '3', '3'], '--seeds names 3 twice'),
     (['--capsule-layers', '3', '--types', '8'
       ], '--types (8) must divide half of --channels (4)'),
 ])

@@ -16,11 +16,11 @@ SLIDE_ARGS = [f'{k}={v}'.replace(' ', '') for k, v in SLIDE.items()]
 
 
 def test_scores_equal_the_config_changed_so(seg_config, seg_checkpoint,
-                                            tmp_path):
+                                            seg_checkpoint_copy, tmp_path):
     out = tmp_path / 'changed.json'
     main([
         '--model', 'hgw', seg_config, seg_checkpoint, '--model', 'hgw',
-        seg_config, seg_checkpoint, '--changed', *SLIDE_ARGS, '--name',
+        seg_config, seg_checkpoint_copy, '--changed', *SLIDE_ARGS, '--name',
         'slide', '--metric', 'mIoU', 'aAcc', '--out',
         str(out)
     ])

@@ -91,13 +91,13 @@ def test_fixed_scores_the_calibrated_plans(seg_config, seg_checkpoint,
 
 
 def test_scores_equal_the_layers_configured_so(seg_config, seg_checkpoint,
-                                               tmp_path):
+                                               seg_checkpoint_copy, tmp_path):
     """Swapped to uniform routing, or with flat activations, the test score
     is the one of the same checkpoint configured that way."""
     out = tmp_path / 'knockout.json'
     main([
         '--model', 'hgw', seg_config, seg_checkpoint, '--model', 'hgw',
-        seg_config, seg_checkpoint, '--metric', 'mIoU', 'aAcc', '--out',
+        seg_config, seg_checkpoint_copy, '--metric', 'mIoU', 'aAcc', '--out',
         str(out)
     ])
     result = json.loads(out.read_text())
@@ -130,6 +130,27 @@ def test_unknown_metric_and_missing_checkpoint_are_named(
         ])
     err = capsys.readouterr().err
     assert 'checkpoint' in err and 'nope.pth' in err
+
+
+def test_one_trained_model_given_twice_is_refused(seg_config, seg_checkpoint,
+                                                  tmp_path, capsys):
+    """The same checkpoint under two ``--model`` entries (one model
+    counted as two seeds), or a change named twice, ends the tool before
+    any model runs, naming the option."""
+    out = ['--out', str(tmp_path / 'x.json')]
+    with pytest.raises(SystemExit):
+        main([
+            '--model', 'a', seg_config, seg_checkpoint, '--model', 'b',
+            seg_config, seg_checkpoint, *out
+        ])
+    assert '--model b: checkpoint' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([
+            '--model', 'a', seg_config, seg_checkpoint, '--changes', 'flat',
+            'swap', 'flat', *out
+        ])
+    assert "--changes names 'flat' twice" in capsys.readouterr().err
+    assert not (tmp_path / 'x.json').exists()
 
 
 def test_interrupted_run_keeps_finished_models(tmp_path, monkeypatch):

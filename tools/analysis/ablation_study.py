@@ -57,7 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mmhgw.analysis.paired import fmt_interval, mean_std
 from mmhgw.benchmarking import machine
-from mmhgw.config_utils import NO_VALIDATION_OPTIONS
+from mmhgw.config_utils import NO_VALIDATION_OPTIONS, check_unique
 from mmhgw.doc_sections import check_section, write_section
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -891,6 +891,7 @@ def parse_args():
         '--jobs', type=int, default=1,
         help='runs trained at a time, seed by seed (default 1)')
     args = parser.parse_args()
+    check_unique(parser, args, 'tasks', 'variants', 'seeds')
     if args.jobs < 1:
         parser.error(f'--jobs must be >= 1, got {args.jobs}')
     if args.data_root:

@@ -46,7 +46,7 @@ import statistics
 
 from mmhgw.analysis.paired import fmt_interval, mean_std
 from mmhgw.analysis.plots import plot_sweep
-from mmhgw.config_utils import add_model_args, check_model_args
+from mmhgw.config_utils import add_model_args, check_model_args, check_unique
 
 #: Sweep name -> (the AffineWarp argument it sets, the value that leaves
 #: the images as they are).
@@ -383,6 +383,7 @@ def parse_args(argv=None):
     parser.add_argument('--out', required=True, help='JSON file to write')
     parser.add_argument('--image', help='PNG plot to write')
     args = parser.parse_args(argv)
+    check_unique(parser, args, 'values', 'metric')
     if not args.model and not args.merge:
         parser.error('give --model (models to test) or --merge (results of '
                      'earlier runs), or both')

@@ -66,6 +66,7 @@ import torch
 import torch.nn as nn
 
 from mmhgw.analysis.paired import fmt_interval, mean_std
+from mmhgw.config_utils import check_unique
 from mmhgw.datasets.synthetic import angle_range, make_arrangement_patches
 
 VARIANTS = ('stock', 'hgw', 'uniform')
@@ -619,6 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    check_unique(parser, args, 'variants', 'seeds', 'pool', 'grid')
     for name in ('steps', 'batch', 'train', 'test', 'channels', 'types',
                  'threads'):
         value = getattr(args, name)

@@ -18,7 +18,8 @@ interval and range)::
 import argparse
 
 from mmhgw.analysis.paired import changes_table, score_changes, write_changes
-from mmhgw.config_utils import add_model_args, add_score_args, check_model_args
+from mmhgw.config_utils import (add_model_args, add_score_args,
+                                check_model_args, check_unique)
 
 
 def compare(models, changed: dict, name: str, metrics, options,
@@ -49,6 +50,7 @@ def parse_args(argv=None):
     add_score_args(parser)
     args = parser.parse_args(argv)
     check_model_args(parser, args.model)
+    check_unique(parser, args, 'metric')
     if args.name == 'trained':
         parser.error('--name trained is taken by the models as configured')
     overlap = sorted(set(args.changed) & set(args.cfg_options or {}))

@@ -23,7 +23,8 @@ import os.path as osp
 import tempfile
 
 from mmhgw.analysis.paired import changes_table, score_changes, write_changes
-from mmhgw.config_utils import add_model_args, add_score_args, check_model_args
+from mmhgw.config_utils import (add_model_args, add_score_args,
+                                check_model_args, check_unique)
 
 CHANGE = 'recomputed-bn'
 
@@ -93,6 +94,7 @@ def parse_args(argv=None):
     add_score_args(parser)
     args = parser.parse_args(argv)
     check_model_args(parser, args.model)
+    check_unique(parser, args, 'metric')
     if args.num_batches < 1:
         parser.error(f'--num-batches must be >= 1, got {args.num_batches}')
     if args.save_dir is not None and not osp.isdir(args.save_dir):

@@ -35,7 +35,8 @@ import math
 
 from mmhgw.analysis.paired import changes_table, score_changes, write_changes
 from mmhgw.analysis.plans import route_at_plan
-from mmhgw.config_utils import add_model_args, add_score_args, check_model_args
+from mmhgw.config_utils import (add_model_args, add_score_args,
+                                check_model_args, check_unique)
 
 #: Change -> what it does to one capsule layer.
 CHANGES = {
@@ -119,6 +120,7 @@ def parse_args(argv=None):
     add_score_args(parser)
     args = parser.parse_args(argv)
     check_model_args(parser, args.model)
+    check_unique(parser, args, 'changes', 'metric')
     return args
 
 
