@@ -155,3 +155,8 @@ def test_demo_data_tool_makes_lesions_of_the_given_size(tmp_path):
                          text=True)
     assert bad.returncode == 2
     assert '--isic-size must be at least 16 16, got 8 64' in bad.stderr
+    # A scale of 0 would still write the smallest sets, not none.
+    empty = subprocess.run(cmd + ['--scale', '0'], capture_output=True,
+                           text=True)
+    assert empty.returncode == 2
+    assert '--scale must be a positive finite number, got 0.0' in empty.stderr

@@ -148,3 +148,15 @@ def test_a_checkpoint_of_another_width_is_refused_naming_it(tmp_path):
             ckpt, '--cfg-options', 'model.backbone.hgw_cfg.outer_iters=1'
         ])
     assert not (tmp_path / 'x.onnx').exists()
+
+
+def test_cfg_options_that_set_nothing_are_refused(tmp_path):
+    """An option naming a key the model does not read (here a top-level
+    variable) is refused before export, not exported without it."""
+    with pytest.raises(ValueError, match='  model.backbone.hgw_cfg.in_types'):
+        main([
+            SEG_HGW, '--out',
+            str(tmp_path / 'x.onnx'), '--shape', '64', '64', '--cfg-options',
+            'hgw_cfg.in_types=8'
+        ])
+    assert not (tmp_path / 'x.onnx').exists()

@@ -191,3 +191,19 @@ def test_plan_input_dependence_by_hand():
     with torch.no_grad():
         out = plan_input_dependence(layer, x, dist, moved)
     assert out['assignment_stability'] == pytest.approx(1 - 3 * 4 / (9 * 16))
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--batches', '0'], '--batches must be >= 1, got 0'),
+    (['--beta', '1.5'], '--beta must be in [0, 1]'),
+    (['--beta', 'nan'], '--beta must be in [0, 1]'),
+    (['--checkpoint', 'nope.pth'], '--checkpoint nope.pth not found'),
+])
+def test_bad_arguments_are_refused_naming_them(argv, message, capsys):
+    """A run that would diagnose nothing, with a beta no layer takes, or
+    without its checkpoint ends before the model is built."""
+    from tools.analysis.routing_diagnostics import parse_args
+    with pytest.raises(SystemExit) as err:
+        parse_args(['config.py', *argv])
+    assert err.value.code == 2
+    assert message in capsys.readouterr().err

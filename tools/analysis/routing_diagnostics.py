@@ -39,6 +39,7 @@ a fresh model would otherwise sit at the warm-up's start).
 import argparse
 import json
 import math
+import os.path as osp
 from collections import defaultdict
 
 import torch
@@ -293,16 +294,23 @@ def parse_args(argv=None):
     parser.add_argument('--beta', type=float, default=None)
     parser.add_argument('--out', help='JSON file to write')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.batches < 1:
+        parser.error(f'--batches must be >= 1, got {args.batches}')
+    if args.beta is not None and not 0 <= args.beta <= 1:
+        parser.error(f'--beta must be in [0, 1] (the capsule layers\' '
+                     f'beta), got {args.beta}')
+    if args.checkpoint and not osp.isfile(args.checkpoint):
+        parser.error(f'--checkpoint {args.checkpoint} not found')
+    return args
 
 
 def main(argv=None):
     args = parse_args(argv)
     import mmhgw  # noqa: F401
-    from mmhgw.config_utils import load_offline_config
+    from mmhgw.config_utils import load_offline_config, merge_cfg_options
     cfg = load_offline_config(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    merge_cfg_options(cfg, args.cfg_options)
     if args.beta is None:
         args.beta = cfg.model.backbone.get('hgw_cfg', {}).get('beta')
     result = diagnose(cfg, args.checkpoint, args.batches, args.beta)

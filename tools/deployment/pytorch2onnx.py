@@ -21,7 +21,8 @@ import argparse
 import torch
 
 from mmhgw.analysis.tracing import TensorModeModel, check_shape
-from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.config_utils import (build_config_model, load_offline_config,
+                                merge_cfg_options)
 from mmhgw.deployment import NotExportableError, export_onnx, run_onnx
 
 
@@ -55,8 +56,7 @@ def parse_args(argv=None):
 def build(args, shape):
     """The module to export and its example input."""
     cfg = load_offline_config(args.config)
-    if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+    merge_cfg_options(cfg, args.cfg_options)
     scope = cfg.get('default_scope')
     if scope not in ('mmdet', 'mmseg'):
         raise ValueError(f'{args.config}: default_scope must be mmdet or '
