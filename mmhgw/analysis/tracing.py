@@ -53,8 +53,21 @@ class TensorModeModel(nn.Module):
         return _flatten(out)
 
 
-def check_shape(shape) -> Tuple[int, int]:
-    """``--shape`` as (height, width): one value means a square."""
+#: A detector's input when no shape is given: the short and long side of
+#: the COCO test scale the configs resize to.
+DETECTOR_SHAPE = (800, 1333)
+
+
+def check_shape(shape, cfg=None) -> Tuple[int, int]:
+    """``--shape`` as (height, width): one value means a square. Without
+    one (None), the input ``cfg``'s model is made for: a segmentor's
+    ``data_preprocessor.size`` (the crop it pads to) or ``crop_size``, a
+    detector's :data:`DETECTOR_SHAPE`."""
+    if shape is None:
+        shape = DETECTOR_SHAPE
+        if cfg is not None and cfg.get('default_scope') == 'mmseg':
+            size = (cfg.model.get('data_preprocessor') or {}).get('size')
+            shape = size or cfg.get('crop_size') or shape
     shape = tuple(int(s) for s in shape)
     if len(shape) == 1:
         shape = shape * 2

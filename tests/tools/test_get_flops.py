@@ -47,6 +47,25 @@ def test_detector_flops_include_rpn_and_roi_heads(capsys):
     assert report.by_operator.get('linear', 0) > 0
 
 
+def test_default_shape_is_the_models_own_input(capsys):
+    """Without ``--shape`` a segmentor is counted at the crop its config
+    pads to (the demo UNet: 128 x 128, where 800 x 1333 is no multiple of
+    its downsampling); a detector at 800 x 1333."""
+    from mmengine.config import Config
+
+    from mmhgw.analysis.tracing import DETECTOR_SHAPE, check_shape
+    main([
+        SEG_HGW, '--cfg-options', *NARROW, 'model.backbone.hgw_cfg.in_types=8',
+        'model.backbone.hgw_cfg.out_types=8'
+    ])
+    assert 'Input shape:  1 x 3 x 128 x 128' in capsys.readouterr().out
+    seg = Config(dict(default_scope='mmseg', crop_size=(96, 160), model={}))
+    assert check_shape(None, seg) == (96, 160)
+    det = Config(dict(default_scope='mmdet', crop_size=(96, 160), model={}))
+    assert check_shape(None, det) == DETECTOR_SHAPE == (800, 1333)
+    assert check_shape(['64'], seg) == (64, 64)
+
+
 @pytest.mark.parametrize('shape', [['0', '5'], ['1', '2', '3']])
 def test_bad_shape_is_refused(shape):
     with pytest.raises(ValueError, match='shape'):

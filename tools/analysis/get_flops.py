@@ -25,8 +25,10 @@ def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('config', help='config file (or pkg::path)')
-    parser.add_argument('--shape', type=int, nargs='+', default=[800, 1333],
-                        help='input height and width (one value: square)')
+    parser.add_argument(
+        '--shape', type=int, nargs='+',
+        help='input height and width (one value: square); default: a '
+        'segmentor\'s crop size, a detector\'s 800 x 1333')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     parser.add_argument(
@@ -42,9 +44,11 @@ def gflops(n):
 
 def main(argv=None):
     args = parse_args(argv)
-    shape = check_shape(args.shape)
+    if args.shape is not None:  # refused before the config is read
+        check_shape(args.shape)
     cfg = load_offline_config(args.config)
     merge_cfg_options(cfg, args.cfg_options)
+    shape = check_shape(args.shape, cfg)
     scope = cfg.get('default_scope')
     if scope not in ('mmdet', 'mmseg'):
         raise ValueError(f'{args.config}: default_scope must be mmdet or '

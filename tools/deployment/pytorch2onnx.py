@@ -34,8 +34,10 @@ def parse_args(argv=None):
     parser.add_argument(
         '--checkpoint', help='weights to export (default: '
         'the initialised weights, for trying the export)')
-    parser.add_argument('--shape', type=int, nargs='+', default=[800, 1333],
-                        help='input height and width (one value: square)')
+    parser.add_argument(
+        '--shape', type=int, nargs='+',
+        help='input height and width (one value: square); default: a '
+        'segmentor\'s crop size, a detector\'s 800 x 1333')
     parser.add_argument('--opset', type=int, default=17,
                         help='ONNX opset (>= 17)')
     parser.add_argument('--backbone-only', action='store_true',
@@ -53,10 +55,11 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def build(args, shape):
+def build(args):
     """The module to export and its example input."""
     cfg = load_offline_config(args.config)
     merge_cfg_options(cfg, args.cfg_options)
+    shape = check_shape(args.shape, cfg)
     scope = cfg.get('default_scope')
     if scope not in ('mmdet', 'mmseg'):
         raise ValueError(f'{args.config}: default_scope must be mmdet or '
@@ -94,8 +97,10 @@ def compare(outputs, expected, tolerance):
 
 def main(argv=None):
     args = parse_args(argv)
-    shape = check_shape(args.shape)
-    module, image = build(args, shape)
+    if args.shape is not None:  # refused before the config is read
+        check_shape(args.shape)
+    module, image = build(args)
+    shape = tuple(image.shape[-2:])
     with torch.no_grad():
         expected = module(image)
     if torch.is_tensor(expected):
