@@ -1,6 +1,7 @@
 """Config helpers shared by the tools: loading a config (also one to build
 offline on a CPU), merging command-line options, building a config's
-model, testing a checkpoint."""
+model, testing a checkpoint, and the checks of the tools' shared
+arguments (``--model``, list options)."""
 import logging
 import tempfile
 from typing import Callable, Optional, Tuple
