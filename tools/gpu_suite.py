@@ -56,7 +56,7 @@ study                tools/analysis/ablation_study.py with ``--study-args``
                      training again. ``--study-runs`` unpacks such an
                      archive from an earlier machine into the study's
                      folder first, so that its finished runs are reused
-                     and a study can span several device sessions
+                     and a study can span several loans of a GPU
 
 The stages from data to train-deeplabv3plus need no mmcv op, but mmdet and
 mmseg import them all: until the build is done they run against mmcv's
