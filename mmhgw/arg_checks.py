@@ -24,3 +24,10 @@ def check_int(name: str, value, minimum: int = 1, *,
         expected = f'an int >= {minimum}'
         raise ValueError(f'{name} must be {"None or " if optional else ""}'
                          f'{expected}, got {value!r}')
+
+
+def check_unit(name: str, value) -> None:
+    """Raise a ValueError naming ``name`` unless ``value`` lies in [0, 1]
+    (NaN fails: every comparison with it is False)."""
+    if not 0 <= value <= 1:
+        raise ValueError(f'{name} must be in [0, 1], got {value!r}')

@@ -53,6 +53,15 @@ class TensorModeModel(nn.Module):
         return _flatten(out)
 
 
+def add_shape_arg(parser):
+    """``--shape H [W]``, the input size of the tools that trace a model;
+    :func:`check_shape` reads it with the model's config."""
+    parser.add_argument(
+        '--shape', type=int, nargs='+',
+        help='input height and width (one value: square); default: a '
+        'segmentor\'s crop size, a detector\'s 800 x 1333')
+
+
 #: A detector's input when no shape is given: the short and long side of
 #: the COCO test scale the configs resize to.
 DETECTOR_SHAPE = (800, 1333)

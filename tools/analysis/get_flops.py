@@ -16,7 +16,7 @@ import argparse
 import torch
 
 from mmhgw.analysis import flop_analyzer, flop_report
-from mmhgw.analysis.tracing import TensorModeModel, check_shape
+from mmhgw.analysis.tracing import TensorModeModel, add_shape_arg, check_shape
 from mmhgw.config_utils import (build_config_model, load_offline_config,
                                 merge_cfg_options)
 
@@ -25,10 +25,7 @@ def parse_args(argv=None):
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('config', help='config file (or pkg::path)')
-    parser.add_argument(
-        '--shape', type=int, nargs='+',
-        help='input height and width (one value: square); default: a '
-        'segmentor\'s crop size, a detector\'s 800 x 1333')
+    add_shape_arg(parser)
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config settings, key=value')
     parser.add_argument(
@@ -44,8 +41,6 @@ def gflops(n):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.shape is not None:  # refused before the config is read
-        check_shape(args.shape)
     cfg = load_offline_config(args.config)
     merge_cfg_options(cfg, args.cfg_options)
     shape = check_shape(args.shape, cfg)

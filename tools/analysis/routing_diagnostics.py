@@ -45,6 +45,8 @@ from collections import defaultdict
 import torch
 from mmengine.config import DictAction
 
+from mmhgw.arg_checks import check_unit
+
 
 def layer_statistics(layer, x) -> dict:
     """Routing statistics of one HGWCaps layer on its input ``x``."""
@@ -297,9 +299,11 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.batches < 1:
         parser.error(f'--batches must be >= 1, got {args.batches}')
-    if args.beta is not None and not 0 <= args.beta <= 1:
-        parser.error(f'--beta must be in [0, 1] (the capsule layers\' '
-                     f'beta), got {args.beta}')
+    if args.beta is not None:
+        try:
+            check_unit('--beta', args.beta)
+        except ValueError as err:
+            parser.error(str(err))
     if args.checkpoint and not osp.isfile(args.checkpoint):
         parser.error(f'--checkpoint {args.checkpoint} not found')
     return args

@@ -20,7 +20,7 @@ import argparse
 
 import torch
 
-from mmhgw.analysis.tracing import TensorModeModel, check_shape
+from mmhgw.analysis.tracing import TensorModeModel, add_shape_arg, check_shape
 from mmhgw.config_utils import (build_config_model, load_offline_config,
                                 merge_cfg_options)
 from mmhgw.deployment import NotExportableError, export_onnx, run_onnx
@@ -34,10 +34,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--checkpoint', help='weights to export (default: '
         'the initialised weights, for trying the export)')
-    parser.add_argument(
-        '--shape', type=int, nargs='+',
-        help='input height and width (one value: square); default: a '
-        'segmentor\'s crop size, a detector\'s 800 x 1333')
+    add_shape_arg(parser)
     parser.add_argument('--opset', type=int, default=17,
                         help='ONNX opset (>= 17)')
     parser.add_argument('--backbone-only', action='store_true',
@@ -97,8 +94,6 @@ def compare(outputs, expected, tolerance):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.shape is not None:  # refused before the config is read
-        check_shape(args.shape)
     module, image = build(args)
     shape = tuple(image.shape[-2:])
     with torch.no_grad():

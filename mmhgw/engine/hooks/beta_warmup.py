@@ -5,6 +5,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
+from mmhgw.arg_checks import check_unit
 from mmhgw.registry import HOOKS
 
 
@@ -47,8 +48,8 @@ class HGWBetaWarmupHook(Hook):
                  final_beta: Optional[float] = None, log_stats: bool = True):
         if warmup_iters < 0:
             raise ValueError(f'warmup_iters must be >= 0, got {warmup_iters}')
-        if final_beta is not None and not 0 <= final_beta <= 1:
-            raise ValueError(f'final_beta must be in [0, 1], got {final_beta}')
+        if final_beta is not None:
+            check_unit('final_beta', final_beta)
         self.warmup_iters = warmup_iters
         self.final_beta = final_beta
         self.log_stats = log_stats
