@@ -57,9 +57,13 @@ def load_offline_config(path: str, seg_size: Optional[Tuple[int, int]] = None,
     padding size.
     """
     cfg = load_config(path)
+    if not isinstance(cfg.get('model'), dict):
+        raise ValueError(f'{path}: the config has no model dict, got '
+                         f'model = {cfg.get("model")!r}')
     if not keep_init:
         cfg.model.pop('pretrained', None)
-        cfg.model.backbone.init_cfg = None
+        if isinstance(cfg.model.get('backbone'), dict):
+            cfg.model.backbone.init_cfg = None
     sync_bn_to_bn(cfg.model)
     if seg_size is not None:
         cfg.model.data_preprocessor.size = seg_size

@@ -6,10 +6,10 @@ no download.
         [--isic-size 128 128]
 """
 import argparse
-import math
 import os.path as osp
 import time
 
+from mmhgw.arg_checks import POSITIVE, check_number
 from mmhgw.datasets.synthetic import make_all
 from mmhgw.datasets.synthetic_cls import make_shape_classification
 
@@ -30,9 +30,10 @@ def main():
         help='size of the lesion images (default 128 128); e.g. 384 512 '
         'for the 4:3 landscape geometry of dermoscopy photographs')
     args = parser.parse_args()
-    if not 0 < args.scale < math.inf:
-        parser.error(f'--scale must be a positive finite number, got '
-                     f'{args.scale}')
+    try:
+        check_number('--scale', args.scale, POSITIVE)
+    except ValueError as err:
+        parser.error(str(err))
     if min(args.isic_size) < 16:
         parser.error(f'--isic-size must be at least 16 16, got '
                      f'{args.isic_size[0]} {args.isic_size[1]}')

@@ -1,9 +1,14 @@
 """A detector or segmentor as a plain ``module(image)`` for tracing."""
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
+
+from mmhgw.config_utils import load_offline_config, merge_cfg_options
+
+#: The config scopes whose models :class:`TensorModeModel` can trace.
+SCOPES = ('mmdet', 'mmseg')
 
 
 def _flatten(out):
@@ -26,7 +31,7 @@ def _data_sample(scope: str, height: int, width: int):
     if scope == 'mmseg':
         from mmseg.structures import SegDataSample
         return SegDataSample(metainfo=meta)
-    raise ValueError(f"scope must be 'mmdet' or 'mmseg', got {scope!r}")
+    raise ValueError(f'scope must be one of {SCOPES}, got {scope!r}')
 
 
 class TensorModeModel(nn.Module):
@@ -71,12 +76,18 @@ def check_shape(shape, cfg=None) -> Tuple[int, int]:
     """``--shape`` as (height, width): one value means a square. Without
     one (None), the input ``cfg``'s model is made for: a segmentor's
     ``data_preprocessor.size`` (the crop it pads to) or ``crop_size``, a
-    detector's :data:`DETECTOR_SHAPE`."""
+    detector's :data:`DETECTOR_SHAPE`. A segmentor's config with neither
+    is refused: no one size fits every segmentor (a UNet takes only
+    multiples of its downsampling)."""
     if shape is None:
         shape = DETECTOR_SHAPE
         if cfg is not None and cfg.get('default_scope') == 'mmseg':
             size = (cfg.model.get('data_preprocessor') or {}).get('size')
-            shape = size or cfg.get('crop_size') or shape
+            shape = size or cfg.get('crop_size')
+            if not shape:
+                raise ValueError(
+                    'the config sets neither model.data_preprocessor.size '
+                    'nor crop_size: give the input size as --shape H W')
     shape = tuple(int(s) for s in shape)
     if len(shape) == 1:
         shape = shape * 2
@@ -84,3 +95,22 @@ def check_shape(shape, cfg=None) -> Tuple[int, int]:
         raise ValueError(f'shape must be one or two positive ints (H W), '
                          f'got {shape}')
     return shape
+
+
+def load_traced_config(config: str, cfg_options: Optional[dict] = None,
+                       shape=None):
+    """The config of a model to trace, with ``cfg_options`` merged
+    (:func:`~mmhgw.config_utils.merge_cfg_options`), its scope (one of
+    :data:`SCOPES`) and the input shape (:func:`check_shape`): every check
+    before a model is built.
+
+    Returns:
+        tuple: (cfg, scope, (height, width)).
+    """
+    cfg = load_offline_config(config)
+    merge_cfg_options(cfg, cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in SCOPES:
+        raise ValueError(f'{config}: default_scope must be one of {SCOPES}, '
+                         f'got {scope!r}')
+    return cfg, scope, check_shape(shape, cfg)

@@ -1,4 +1,5 @@
 """HGWBetaWarmupHook: the beta ramp of Algorithm 1 and the logged terms."""
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -75,3 +76,15 @@ def test_hook_logs_no_alignment_term_without_it():
     model(torch.randn(2, 16, 5, 5)).sum().backward()
     hook.after_train_iter(runner, batch_idx=3)
     assert 'train/hgw_align' not in runner.message_hub.log_scalars
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(warmup_iters='100'), "warmup_iters must be an int >= 0, got '100'"),
+    (dict(warmup_iters=2.5), 'warmup_iters must be an int >= 0, got 2.5'),
+    (dict(final_beta='0.5'), "final_beta must be a number, got '0.5'"),
+    (dict(final_beta=math.nan), 'final_beta must be in [0, 1], got nan'),
+])
+def test_config_values_of_the_wrong_kind_are_named(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        HGWBetaWarmupHook(**kwargs)
+    assert message in str(err.value)

@@ -125,6 +125,31 @@ def test_missing_files_are_named(setup, tmp_path):
     assert not osp.exists(out)
 
 
+@pytest.mark.parametrize('option,message', [
+    (['--lr', 'nan'], '--lr must be a positive finite number, got nan'),
+    (['--lr', '0'], '--lr must be a positive finite number, got 0.0'),
+    (['--img-size', '0', '32'], 'both sides must be positive multiples of 32'),
+    (['--device', 'bogus'], "--device 'bogus'"),
+])
+def test_bad_options_are_named_before_any_work(setup, tmp_path, option,
+                                               message):
+    out = str(tmp_path / 'x.pth')
+    with pytest.raises(SystemExit) as err:
+        main([setup['whole'], setup['config'], out, *option])
+    assert message in str(err.value)
+    assert not osp.exists(out)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='needs a CPU-only torch')
+def test_cuda_device_without_cuda_is_named(setup, tmp_path):
+    with pytest.raises(SystemExit, match='--device cuda: CUDA is not '
+                       'available here'):
+        main([
+            setup['whole'], setup['config'],
+            str(tmp_path / 'x.pth'), '--device', 'cuda'
+        ])
+
+
 def test_wrong_architecture_is_named(setup, tmp_path):
     """A ResNet-18 checkpoint for the UNet config: the error names SRC and
     the missing keys; a config without capsule layers is refused too."""

@@ -64,6 +64,29 @@ def test_default_shape_is_the_models_own_input(capsys):
     det = Config(dict(default_scope='mmdet', crop_size=(96, 160), model={}))
     assert check_shape(None, det) == DETECTOR_SHAPE == (800, 1333)
     assert check_shape(['64'], seg) == (64, 64)
+    # No size to read: the user is asked for one, not given a detector's.
+    bare = Config(
+        dict(default_scope='mmseg',
+             model=dict(data_preprocessor=dict(size=None))))
+    with pytest.raises(
+            ValueError, match='neither model.data_preprocessor'
+            r'.size nor crop_size: give the input size as --shape'):
+        check_shape(None, bare)
+    assert check_shape([32, 48], bare) == (32, 48)
+
+
+def test_config_of_another_scope_is_refused(tmp_path):
+    config = tmp_path / 'classifier.py'
+    config.write_text("default_scope = 'mmpretrain'\nmodel = dict()\n")
+    with pytest.raises(
+            ValueError, match=r"classifier.py: default_scope must "
+            r"be one of \('mmdet', 'mmseg'\), got 'mmpretrain'"):
+        main([str(config), '--shape', '32'])
+    config.write_text("default_scope = 'mmseg'\n")
+    with pytest.raises(
+            ValueError, match='classifier.py: the config has no '
+            'model dict, got model = None'):
+        main([str(config), '--shape', '32'])
 
 
 @pytest.mark.parametrize('shape', [['0', '5'], ['1', '2', '3']])

@@ -38,3 +38,23 @@ def test_plot_alignment_writes_histograms_and_plan(tmp_path,
         str(work / 'iter_2.pth'), '--image', image, '--layer', 'nope'
     ], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and 'is not an HGWCaps layer' in bad.stderr
+
+
+def test_bad_arguments_are_refused_before_any_model_is_built(
+        tmp_path, reduced_seg_config):
+    config = str(reduced_seg_config(tmp_path, num_train=2, num_val=2))
+    image = sorted(
+        glob.glob(str(tmp_path / 'ISIC2018' / 'images' / 'val' / '*.jpg')))[0]
+    missing = str(tmp_path / 'iter_9.pth')
+    for args, message in (
+        ([config, missing, '--image', image], f'checkpoint {missing} not '
+         'found'),
+        ([config, config, '--image',
+          'nope.jpg'], '--image nope.jpg not found'),
+        ([config, config, '--image', image, '--types',
+          '0'], '--types must be >= 1, got 0'),
+    ):
+        bad = subprocess.run(
+            [sys.executable, 'tools/analysis/plot_alignment.py', *args],
+            cwd=ROOT, capture_output=True, text=True)
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr

@@ -114,7 +114,7 @@ def bad_beta(state):
 
 @pytest.mark.parametrize('edit,message', [
     (drop_capsules, 'model weights it does not hold'),
-    (bad_beta, 'beta must be a finite number in [0, 1]'),
+    (bad_beta, "must be in [0, 1], got 1.5: the capsule layer's beta"),
 ])
 def test_test_tool_refuses_a_checkpoint_that_does_not_load(
         tmp_path, config, edit, message):

@@ -160,10 +160,10 @@ def model_of(args, task) -> str:
 
 
 _CAPS = 'model.backbone.hgw_cfg.'
+#: One component per patch position, through a shared map.
+_POSITION_COMPONENTS = _CAPS + 'components=positions'
 #: Components from the patch positions, posed as a convolution reads them.
-_POSITIONS = [
-    _CAPS + 'components=positions', _CAPS + 'pose_from=mean_plus_components'
-]
+_POSITIONS = [_POSITION_COMPONENTS, _CAPS + 'pose_from=mean_plus_components']
 #: The plan fixed at p q^T: every uniform control adds this to its variant.
 _UNIFORM = [_CAPS + 'routing=uniform']
 #: Every component at unit root mean square.
@@ -286,13 +286,12 @@ VARIANTS = {
     # positions into each part (a map zero at the start). Under uniform
     # routing the gathered parts are the mean and add nothing, so its
     # control is positions_norm_uniform.
-    'positions_norm_plan': (
-        'the positions_norm variant plus a pose map, '
-        'zero at the start, of the plan\'s parts\' '
-        'offsets from the mean', 'hgw', [
-            _CAPS + 'components=positions', _CAPS + 'pose_from='
-            'mean_plus_components_plus_plan'
-        ] + _NORM),
+    'positions_norm_plan': ('the positions_norm variant plus a pose map, '
+                            'zero at the start, of the plan\'s parts\' '
+                            'offsets from the mean', 'hgw', [
+                                _POSITION_COMPONENTS, _CAPS +
+                                'pose_from=mean_plus_components_plus_plan'
+                            ] + _NORM),
     # The shipped components (one per input type) at unit root mean
     # square: whether their length or their identity keeps the plan one
     # grouping everywhere (docs/evidence.md).

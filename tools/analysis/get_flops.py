@@ -16,9 +16,9 @@ import argparse
 import torch
 
 from mmhgw.analysis import flop_analyzer, flop_report
-from mmhgw.analysis.tracing import TensorModeModel, add_shape_arg, check_shape
-from mmhgw.config_utils import (build_config_model, load_offline_config,
-                                merge_cfg_options)
+from mmhgw.analysis.tracing import (TensorModeModel, add_shape_arg,
+                                    load_traced_config)
+from mmhgw.config_utils import build_config_model
 
 
 def parse_args(argv=None):
@@ -41,13 +41,8 @@ def gflops(n):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = load_offline_config(args.config)
-    merge_cfg_options(cfg, args.cfg_options)
-    shape = check_shape(args.shape, cfg)
-    scope = cfg.get('default_scope')
-    if scope not in ('mmdet', 'mmseg'):
-        raise ValueError(f'{args.config}: default_scope must be mmdet or '
-                         f'mmseg, got {scope!r}')
+    cfg, scope, shape = load_traced_config(args.config, args.cfg_options,
+                                           args.shape)
     model = build_config_model(cfg, init=False)
     model.eval()  # stock ResNet.train() returns None: no chaining
     wrapped = TensorModeModel(model, scope, shape)

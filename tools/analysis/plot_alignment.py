@@ -121,6 +121,14 @@ def main():
                         help='capsule types to show (best aligned first)')
     parser.add_argument('--out-dir', default='work_dirs/alignment')
     args = parser.parse_args()
+    # Every input named before a model is built: a wrong path otherwise
+    # surfaces after the first checkpoints' runs, as a traceback.
+    for what, path in ([('config', args.config), ('--image', args.image)] +
+                       [('checkpoint', c) for c in args.checkpoints]):
+        if not osp.isfile(path):
+            parser.error(f'{what} {path} not found')
+    if args.types < 1:
+        parser.error(f'--types must be >= 1, got {args.types}')
     cfg = load_offline_config(args.config)
     stages, layer = [], args.layer
     for ckpt in args.checkpoints:

@@ -20,9 +20,9 @@ import argparse
 
 import torch
 
-from mmhgw.analysis.tracing import TensorModeModel, add_shape_arg, check_shape
-from mmhgw.config_utils import (build_config_model, load_offline_config,
-                                merge_cfg_options)
+from mmhgw.analysis.tracing import (TensorModeModel, add_shape_arg,
+                                    load_traced_config)
+from mmhgw.config_utils import build_config_model
 from mmhgw.deployment import NotExportableError, export_onnx, run_onnx
 
 
@@ -54,13 +54,8 @@ def parse_args(argv=None):
 
 def build(args):
     """The module to export and its example input."""
-    cfg = load_offline_config(args.config)
-    merge_cfg_options(cfg, args.cfg_options)
-    shape = check_shape(args.shape, cfg)
-    scope = cfg.get('default_scope')
-    if scope not in ('mmdet', 'mmseg'):
-        raise ValueError(f'{args.config}: default_scope must be mmdet or '
-                         f'mmseg, got {scope!r}')
+    cfg, scope, shape = load_traced_config(args.config, args.cfg_options,
+                                           args.shape)
     model = build_config_model(cfg, init=args.checkpoint is None)
     if args.checkpoint:
         from mmhgw.engine import load_fitting_weights

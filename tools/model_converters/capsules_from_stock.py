@@ -50,6 +50,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import mmhgw  # noqa: F401  (registration)
+from mmhgw.arg_checks import POSITIVE, check_number
 from mmhgw.config_utils import (build_config_model, load_offline_config,
                                 merge_cfg_options)
 from mmhgw.engine.checkpoint import load_checkpoint_file
@@ -454,10 +455,20 @@ def convert(src: str, config: str, out: str, images: Optional[str] = None,
     if steps < 0 or num_images < 1 or batch_size < 1:
         raise ConvertError('--steps must be >= 0, --num-images and '
                            '--batch-size >= 1')
-    if img_size[0] % 32 or img_size[1] % 32:
+    if min(img_size) < 32 or img_size[0] % 32 or img_size[1] % 32:
         raise ConvertError(f'--img-size {img_size}: both sides must be '
-                           f'multiples of 32 (the backbones downsample by '
-                           f'up to 32)')
+                           f'positive multiples of 32 (the backbones '
+                           f'downsample by up to 32)')
+    try:
+        check_number('--lr', lr, POSITIVE)
+    except ValueError as err:
+        raise ConvertError(str(err))
+    try:
+        device = torch.device(device)
+    except RuntimeError as err:
+        raise ConvertError(f'--device {device!r}: {err}')
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ConvertError(f'--device {device}: CUDA is not available here')
     torch.manual_seed(seed)
     state = read_state_dict(src)
     cfg = load_offline_config(config)

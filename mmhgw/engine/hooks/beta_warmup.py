@@ -5,7 +5,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 
-from mmhgw.arg_checks import check_unit
+from mmhgw.arg_checks import check_int, check_unit
 from mmhgw.registry import HOOKS
 
 
@@ -46,8 +46,7 @@ class HGWBetaWarmupHook(Hook):
 
     def __init__(self, warmup_iters: int = 1000,
                  final_beta: Optional[float] = None, log_stats: bool = True):
-        if warmup_iters < 0:
-            raise ValueError(f'warmup_iters must be >= 0, got {warmup_iters}')
+        check_int('warmup_iters', warmup_iters, minimum=0)
         if final_beta is not None:
             check_unit('final_beta', final_beta)
         self.warmup_iters = warmup_iters

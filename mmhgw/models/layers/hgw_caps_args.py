@@ -4,14 +4,13 @@ checks of the layer's own arguments and of checkpoint values, and the
 spellings of the previous release (``eps=``, ``outer_iters=``,
 ``inner_iters=``, ``grad=``, ``solver_regularizer=``, ``ablation=``), still
 taken with a DeprecationWarning naming the new one."""
-import math
-import numbers
 import warnings
 from typing import Optional, Tuple
 
 import torch
 
-from mmhgw.arg_checks import check_choice, check_int
+from mmhgw.arg_checks import (AT_LEAST_0, POSITIVE, UNIT, check_choice,
+                              check_int, check_number, check_unit)
 from mmhgw.ot import check_solver_options
 
 #: The solver of every HGWCaps layer unless ``solver_cfg`` says otherwise:
@@ -109,12 +108,6 @@ COMPONENTS = ('types', 'positions')
 POSE_SOURCES = ('plan', 'mean', 'mean_plus_plan', 'mean_plus_components',
                 'mean_plus_components_plus_plan')
 
-#: (what the message says is expected, the test) of the layer's numbers;
-#: written so that NaN fails too (every comparison with NaN is False).
-_UNIT = ('in [0, 1]', lambda v: 0 <= v <= 1)
-_POSITIVE = ('a positive finite number', lambda v: 0 < v < math.inf)
-_AT_LEAST_0 = ('a finite number >= 0', lambda v: 0 <= v < math.inf)
-
 
 def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
                      out_types, num_parts, part_dim, beta, reg_weight, routing,
@@ -155,29 +148,27 @@ def check_layer_args(in_channels, out_channels, groups, padding_mode, in_types,
                                                          component_norm)):
         if not isinstance(value, bool):
             raise ValueError(f'{name} must be True or False, got {value!r}')
-    checked = [('beta', beta, _UNIT), ('reg_weight', reg_weight, _AT_LEAST_0),
-               ('temperature', temperature, _POSITIVE),
-               ('align_weight', align_weight, _AT_LEAST_0),
-               ('subcapsule_std', subcapsule_std, _POSITIVE),
-               ('pose_gain', pose_gain, _POSITIVE)]
+    checked = [('beta', beta, UNIT), ('reg_weight', reg_weight, AT_LEAST_0),
+               ('temperature', temperature, POSITIVE),
+               ('align_weight', align_weight, AT_LEAST_0),
+               ('subcapsule_std', subcapsule_std, POSITIVE),
+               ('pose_gain', pose_gain, POSITIVE)]
     if align_temperature is not None:  # None: the activation's
-        checked.append(('align_temperature', align_temperature, _POSITIVE))
-    for name, value, (expected, holds) in checked:
-        # A config's '0.5' or True would otherwise fail later, or not at
-        # all, without naming the argument.
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ValueError(f'{name} must be a number, got {value!r}')
-        if not holds(value):
-            raise ValueError(f'{name} must be {expected}, got {value}')
+        checked.append(('align_temperature', align_temperature, POSITIVE))
+    for name, value, bounds in checked:
+        check_number(name, value, bounds)
 
 
 def check_checkpoint_beta(state_dict: dict, key: str):
     """Refuse a checkpoint whose ``beta`` (at ``key``) is outside [0, 1]:
     it would make every output NaN."""
     beta = state_dict.get(key)
-    if torch.is_tensor(beta) and not bool(((beta >= 0) & (beta <= 1)).all()):
-        raise ValueError(
-            f'checkpoint key {key!r} holds beta = '
-            f'{beta.flatten()[:4].tolist()}: the capsule layer\'s beta '
-            f'must be a finite number in [0, 1]; the checkpoint is '
-            f'corrupt or not of this layer')
+    if not torch.is_tensor(beta):
+        return  # missing: the loader names it
+    for value in beta.flatten().tolist():
+        try:
+            check_unit(f'checkpoint key {key!r}', value)
+        except ValueError as err:
+            raise ValueError(f"{err}: the capsule layer's beta; the "
+                             f'checkpoint is corrupt or not of this '
+                             f'layer') from None
