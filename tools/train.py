@@ -41,7 +41,20 @@ def parse_args():
     args = parser.parse_args()
     if args.start_fresh and args.resume is None:
         parser.error('--start-fresh applies to --resume only')
+    if args.amp and not amp_device_available():
+        parser.error("--amp trains through mmengine's AmpOptimWrapper, "
+                     'which needs a GPU (CUDA) or an NPU, MLU or MUSA '
+                     'device; this machine has none')
     return args
+
+
+def amp_device_available() -> bool:
+    """Whether mmengine's ``AmpOptimWrapper`` can run here (the devices
+    its constructor accepts)."""
+    from mmengine import device
+    return any(
+        getattr(device, f'is_{kind}_available', lambda: False)()
+        for kind in ('cuda', 'npu', 'mlu', 'musa'))
 
 
 def main():

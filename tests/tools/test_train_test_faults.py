@@ -66,6 +66,25 @@ def test_start_fresh_needs_resume(monkeypatch, capsys):
     assert parse_args().start_fresh
 
 
+def test_amp_without_a_device_for_it_is_refused(monkeypatch, capsys):
+    import tools.train
+    monkeypatch.setattr(tools.train, 'amp_device_available', lambda: False)
+    monkeypatch.setattr(sys, 'argv', ['train.py', 'c.py', '--amp'])
+    with pytest.raises(SystemExit) as exit_:
+        tools.train.parse_args()
+    assert exit_.value.code == 2
+    assert "--amp trains through mmengine's AmpOptimWrapper, which needs a " \
+        'GPU' in capsys.readouterr().err
+    monkeypatch.setattr(tools.train, 'amp_device_available', lambda: True)
+    assert tools.train.parse_args().amp
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='a CPU-only machine')
+def test_amp_device_check_on_a_cpu_only_machine():
+    from tools.train import amp_device_available
+    assert amp_device_available() is False
+
+
 @pytest.mark.parametrize('tool', ['train', 'test'])
 def test_type_typo_refused_before_the_runner(tmp_path, config, tool):
     args = [
