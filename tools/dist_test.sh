@@ -3,6 +3,10 @@
 CONFIG=$1
 CHECKPOINT=$2
 NPROCS=$3
+if [ $# -lt 3 ] || ! [[ "$3" =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: $0 CONFIG CHECKPOINT NUM_PROCS [test.py args]: NUM_PROCS must be a whole number >= 1, got '${3-}'" >&2
+    exit 2
+fi
 PORT=${PORT:-29500}
 PYTHON=${PYTHON:-python}
 shift 3

@@ -3,6 +3,10 @@
 # On a machine without GPUs the processes use the gloo backend on the CPU.
 CONFIG=$1
 NPROCS=$2
+if [ $# -lt 2 ] || ! [[ "$2" =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: $0 CONFIG NUM_PROCS [train.py args]: NUM_PROCS must be a whole number >= 1, got '${2-}'" >&2
+    exit 2
+fi
 PORT=${PORT:-29500}
 PYTHON=${PYTHON:-python}
 shift 2

@@ -155,3 +155,18 @@ def test_allow_partial_evaluates_with_a_warning(tmp_path, config):
     assert 'fits the model only partly (--allow-partial)' in \
         done.stdout + done.stderr
     assert "'mIoU':" in done.stdout
+
+
+@pytest.mark.parametrize('script,args', [
+    ('dist_train.sh', []),
+    ('dist_train.sh', ['c.py', '0']),
+    ('dist_train.sh', ['c.py', 'two']),
+    ('dist_test.sh', ['c.py', 'k.pth']),
+    ('dist_test.sh', ['c.py', 'k.pth', '-1']),
+])
+def test_launch_scripts_refuse_a_bad_process_count(script, args):
+    done = subprocess.run(['bash', f'tools/{script}', *args], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert f'usage: tools/{script} CONFIG ' in done.stderr
+    assert 'NUM_PROCS must be a whole number >= 1' in done.stderr
