@@ -279,6 +279,13 @@ def test_unet_capsules_in_deepest_stages_and_shapes():
     assert [t.shape for t in a] == [t.shape for t in b]
     with pytest.raises(ValueError, match='dec_with_hgw'):
         HGWCapsUNet(hgw_cfg=HGW, dec_with_hgw=(True, ), **kw)
+    # Capsules in the first stage meet the 3 image channels: the error
+    # names that convolution, not only the layer's arguments.
+    with pytest.raises(
+            ValueError, match=r'capsules in place of Conv2d\(3, '
+            r'8, .*\): in_channels=3 must be divisible by '
+            r'in_types=4'):
+        HGWCapsUNet(hgw_cfg=HGW, enc_with_hgw=(True, ) + (False, ) * 4, **kw)
 
 
 def test_fpn_output_convs_become_capsules():

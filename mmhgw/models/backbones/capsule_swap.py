@@ -38,11 +38,16 @@ def capsule_like(conv: nn.Conv2d, hgw_cfg: Optional[dict]) -> nn.Module:
         raise ValueError(f'only plain (groups=1) Conv2d layers can become '
                          f'HGW capsules, got {conv!r}')
     cfg = copy.deepcopy(DEFAULT_HGW_CFG if hgw_cfg is None else hgw_cfg)
-    return build_conv_layer(cfg, conv.in_channels, conv.out_channels,
-                            conv.kernel_size, stride=conv.stride,
-                            padding=conv.padding, dilation=conv.dilation,
-                            bias=conv.bias is not None,
-                            padding_mode=conv.padding_mode)
+    try:
+        return build_conv_layer(cfg, conv.in_channels, conv.out_channels,
+                                conv.kernel_size, stride=conv.stride,
+                                padding=conv.padding, dilation=conv.dilation,
+                                bias=conv.bias is not None,
+                                padding_mode=conv.padding_mode)
+    except ValueError as err:
+        # Name the convolution: a stage flag or a channel count that does
+        # not suit one layer shows in the layer's own arguments only.
+        raise ValueError(f'capsules in place of {conv!r}: {err}') from None
 
 
 def fresh_norm(norm: nn.Module) -> nn.Module:
