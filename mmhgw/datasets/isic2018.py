@@ -1,4 +1,5 @@
 """ISIC-2018 Task 1 (lesion boundary segmentation) for MMSegmentation."""
+import logging
 import os.path as osp
 from typing import Sequence, Union
 
@@ -256,7 +257,45 @@ if SEG_DATASETS is not None:
                 raise FileNotFoundError(
                     f'{type(self).__name__}: no images ({wanted}, any '
                     f'letter case) in {source}: an empty split')
+            self._check_pairs(data_list, source,
+                              whole_folder=source == img_dir)
             return data_list
+
+        def _check_pairs(self, data_list, source, whole_folder):
+            """Every image has its mask (checked before training starts
+            rather than when the loader meets the image, mid-run), and,
+            where the split is the whole image folder, every mask an image:
+            a mask left over is an image of another suffix or name, which
+            would be left out of the split without a word."""
+            ann_dir = self.data_prefix.get('seg_map_path', None)
+            if ann_dir is None:
+                return
+            if not fileio.isdir(ann_dir, self.backend_args):
+                raise FileNotFoundError(
+                    f'{type(self).__name__}: mask folder {ann_dir} does not '
+                    f'exist (data_root + data_prefix.seg_map_path)')
+            masks = set(
+                fileio.list_dir_or_file(dir_path=ann_dir, list_dir=False,
+                                        suffix=self.seg_map_suffix,
+                                        recursive=True,
+                                        backend_args=self.backend_args))
+            wanted = [
+                osp.relpath(info['seg_map_path'], ann_dir)
+                for info in data_list
+            ]
+            missing = [m for m in wanted if m not in masks]
+            if missing:
+                raise FileNotFoundError(
+                    f'{len(missing)} of the {len(wanted)} images in {source} '
+                    f'have no mask in {ann_dir}, e.g. {missing[:3]}')
+            extra = sorted(masks - set(wanted)) if whole_folder else []
+            if extra:
+                from mmengine.logging import print_log
+                print_log(
+                    f'{len(extra)} masks in {ann_dir} have no image in '
+                    f'{source} ({"/".join(self.img_suffixes)}, any letter '
+                    f'case), e.g. {extra[:3]}: those pairs are left out',
+                    logger='current', level=logging.WARNING)
 
         def prepare_data(self, idx):
             try:

@@ -13,6 +13,7 @@ import pytest
 from mmengine.registry import init_default_scope
 
 import mmhgw  # noqa: F401
+from mmhgw.testing import logged
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONVERTER = osp.join(ROOT, 'tools', 'dataset_converters', 'isic2018.py')
@@ -78,6 +79,33 @@ def test_corrupt_mask_is_named(tmp_path):
     dataset = build(tmp_path)
     with pytest.raises(ValueError, match=f'cannot read mask {mask}'):
         dataset[0]
+
+
+def test_image_without_mask_is_refused_before_training(tmp_path):
+    write_pair(tmp_path, 'ISIC_0000000')
+    write_pair(tmp_path, 'ISIC_0000001')
+    os.remove(tmp_path / 'annotations/train/ISIC_0000001_segmentation.png')
+    with pytest.raises(FileNotFoundError) as err:
+        build(tmp_path)
+    assert (f'1 of the 2 images in {tmp_path}/images/train have no mask in '
+            f"{tmp_path}/annotations/train, e.g. "
+            f"['ISIC_0000001_segmentation.png']") in str(err.value)
+    shutil.rmtree(tmp_path / 'annotations/train')
+    with pytest.raises(FileNotFoundError,
+                       match='mask folder .*annotations/train does not exist'):
+        build(tmp_path)
+
+
+def test_mask_without_image_is_named_in_a_warning(tmp_path):
+    write_pair(tmp_path, 'ISIC_0000000')
+    write_pair(tmp_path, 'ISIC_0000001', image_ext='.png')  # not an image
+    # suffix of the split: the pair is left out, and the log says so
+    built = []
+    message = logged(lambda: built.append(build(tmp_path)))
+    assert len(built[0]) == 1
+    assert (f'1 masks in {tmp_path}/annotations/train have no image in '
+            f'{tmp_path}/images/train') in message
+    assert "e.g. ['ISIC_0000001_segmentation.png']" in message
 
 
 def test_empty_split_names_the_folder(tmp_path):
