@@ -1,7 +1,7 @@
 """Config helpers shared by the tools: loading a config (also one to build
 offline on a CPU), merging command-line options, building a config's
 model, testing a checkpoint, and the checks of the tools' shared
-arguments (``--model``, list options)."""
+arguments (``--model``, list options, files, number checks)."""
 import logging
 import tempfile
 from typing import Callable, Optional, Tuple
@@ -141,6 +141,24 @@ def add_score_args(parser):
     parser.add_argument('--out', required=True, help='JSON file to write')
 
 
+def check_files(parser, named_paths):
+    """Refuse, through ``parser``, the first of ``(what, path)`` whose path
+    is not a file: ``WHAT PATH not found``, before any work starts."""
+    import os.path as osp
+    for what, path in named_paths:
+        if not osp.isfile(path):
+            parser.error(f'{what} {path} not found')
+
+
+def check_arg(parser, check, name, value, *args):
+    """``check(name, value, *args)`` (one of :mod:`mmhgw.arg_checks`) with
+    its ValueError turned into the parser's usage error (exit 2)."""
+    try:
+        check(name, value, *args)
+    except ValueError as err:
+        parser.error(str(err))
+
+
 def check_model_args(parser, models):
     """Refuse a ``--model`` whose config or checkpoint is not a file, or
     whose checkpoint another ``--model`` names too (one trained model would
@@ -148,9 +166,8 @@ def check_model_args(parser, models):
     import os.path as osp
     owners = {}
     for label, config, checkpoint in models:
-        for path, what in ((config, 'config'), (checkpoint, 'checkpoint')):
-            if not osp.isfile(path):
-                parser.error(f'--model {label}: {what} {path} not found')
+        check_files(parser, [(f'--model {label}: config', config),
+                             (f'--model {label}: checkpoint', checkpoint)])
         key = osp.realpath(checkpoint)
         if key in owners:
             parser.error(f'--model {label}: checkpoint {checkpoint} is '

@@ -10,6 +10,7 @@ import os.path as osp
 import time
 
 from mmhgw.arg_checks import POSITIVE, check_number
+from mmhgw.config_utils import check_arg
 from mmhgw.datasets.synthetic import make_all
 from mmhgw.datasets.synthetic_cls import make_shape_classification
 
@@ -30,10 +31,7 @@ def main():
         help='size of the lesion images (default 128 128); e.g. 384 512 '
         'for the 4:3 landscape geometry of dermoscopy photographs')
     args = parser.parse_args()
-    try:
-        check_number('--scale', args.scale, POSITIVE)
-    except ValueError as err:
-        parser.error(str(err))
+    check_arg(parser, check_number, '--scale', args.scale, POSITIVE)
     if min(args.isic_size) < 16:
         parser.error(f'--isic-size must be at least 16 16, got '
                      f'{args.isic_size[0]} {args.isic_size[1]}')

@@ -51,10 +51,10 @@ def parse_args():
 def amp_device_available() -> bool:
     """Whether mmengine's ``AmpOptimWrapper`` can run here (the devices
     its constructor accepts)."""
-    from mmengine import device
-    return any(
-        getattr(device, f'is_{kind}_available', lambda: False)()
-        for kind in ('cuda', 'npu', 'mlu', 'musa'))
+    from mmengine.device import (is_cuda_available, is_mlu_available,
+                                 is_musa_available, is_npu_available)
+    return (is_cuda_available() or is_npu_available() or is_mlu_available()
+            or is_musa_available())
 
 
 def main():

@@ -46,7 +46,8 @@ import statistics
 
 from mmhgw.analysis.paired import fmt_interval, mean_std
 from mmhgw.analysis.plots import plot_sweep
-from mmhgw.config_utils import add_model_args, check_model_args, check_unique
+from mmhgw.config_utils import (add_model_args, check_files, check_model_args,
+                                check_unique)
 
 #: Sweep name -> (the AffineWarp argument it sets, the value that leaves
 #: the images as they are).
@@ -391,9 +392,7 @@ def parse_args(argv=None):
         if not args.values:
             parser.error('--values is required with --model')
         check_model_args(parser, args.model)
-    for path in args.merge or []:
-        if not osp.isfile(path):
-            parser.error(f'--merge: {path} not found')
+    check_files(parser, [('--merge:', path) for path in args.merge or []])
     return args
 
 

@@ -16,7 +16,8 @@ import os.path as osp
 import matplotlib
 import torch
 
-from mmhgw.config_utils import build_config_model, load_offline_config
+from mmhgw.config_utils import (build_config_model, check_files,
+                                load_offline_config)
 from mmhgw.models import HGWCaps
 
 matplotlib.use('Agg')
@@ -123,10 +124,10 @@ def main():
     args = parser.parse_args()
     # Every input named before a model is built: a wrong path otherwise
     # surfaces after the first checkpoints' runs, as a traceback.
-    for what, path in ([('config', args.config), ('--image', args.image)] +
-                       [('checkpoint', c) for c in args.checkpoints]):
-        if not osp.isfile(path):
-            parser.error(f'{what} {path} not found')
+    check_files(parser,
+                [('config', args.config),
+                 ('--image', args.image)] + [('checkpoint', c)
+                                             for c in args.checkpoints])
     if args.types < 1:
         parser.error(f'--types must be >= 1, got {args.types}')
     cfg = load_offline_config(args.config)

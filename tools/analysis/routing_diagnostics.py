@@ -39,13 +39,13 @@ a fresh model would otherwise sit at the warm-up's start).
 import argparse
 import json
 import math
-import os.path as osp
 from collections import defaultdict
 
 import torch
 from mmengine.config import DictAction
 
 from mmhgw.arg_checks import check_unit
+from mmhgw.config_utils import check_arg, check_files
 
 
 def layer_statistics(layer, x) -> dict:
@@ -300,12 +300,9 @@ def parse_args(argv=None):
     if args.batches < 1:
         parser.error(f'--batches must be >= 1, got {args.batches}')
     if args.beta is not None:
-        try:
-            check_unit('--beta', args.beta)
-        except ValueError as err:
-            parser.error(str(err))
-    if args.checkpoint and not osp.isfile(args.checkpoint):
-        parser.error(f'--checkpoint {args.checkpoint} not found')
+        check_arg(parser, check_unit, '--beta', args.beta)
+    if args.checkpoint:
+        check_files(parser, [('--checkpoint', args.checkpoint)])
     return args
 
 
